@@ -1,0 +1,165 @@
+"""The speculative decode loop, written once: draft, verify, accept, commit.
+
+Invariant between steps: the KV cache holds every committed token except the last one (the
+*root* of the next tree), whose successor the target has not computed yet. Plain decoding is the
+same loop with the empty tree (`NoDrafter`), so the baseline and the method share every line.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from clover2.cache import commit_path
+from clover2.drafters import Drafter
+from clover2.errors import Clover2Error
+from clover2.target import Target
+from clover2.verify import accept_greedy, verify
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    max_new_tokens: int = 256  # hard cap on generated tokens (also capped by the context length)
+    stop_at_eos: bool = True  # stop after the target's EOS token (kept in the output)
+    stop_strings: tuple[str, ...] = ()  # stop once the decoded output contains one of these
+
+    def __post_init__(self):
+        if self.max_new_tokens <= 0:
+            raise Clover2Error(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if any(not s for s in self.stop_strings):
+            raise Clover2Error("stop strings must be non-empty")
+
+
+@dataclass(frozen=True)
+class Step:
+    tokens: list[int]  # committed this step: accepted draft tokens, then the bonus token
+    draft_nodes: int  # size of the proposed tree, root excluded
+    draft_s: float  # seconds spent proposing
+    verify_s: float  # seconds in the target forward, acceptance and commit
+    stop: str | None  # "eos", "length", "stop_string", or None to go on
+
+
+@dataclass
+class Generation:
+    prompt_ids: list[int]
+    output_ids: list[int] = field(default_factory=list)
+    steps: list[Step] = field(default_factory=list)
+    seconds: float = 0.0  # wall time of the whole call, prefill included
+
+    @property
+    def accept_lengths(self) -> list[int]:
+        """Tokens committed per target forward (bonus included): plain decoding gives all 1s."""
+        return [len(s.tokens) for s in self.steps]
+
+    @property
+    def tau(self) -> float:
+        return len(self.output_ids) / max(1, len(self.steps))
+
+    @property
+    def stop_reason(self) -> str | None:
+        return self.steps[-1].stop if self.steps else None
+
+
+class Stopper:
+    """Cuts a step's tokens at the first stop condition: EOS, the length cap, a stop string."""
+
+    def __init__(self, config: DecodeConfig, *, limit: int, eos_ids: Sequence[int],
+                 decode: Callable[[list[int]], str] | None):
+        if config.stop_strings and decode is None:
+            raise Clover2Error("stop strings need a tokenizer to decode the output")
+        self.limit, self.eos = limit, set(eos_ids) if config.stop_at_eos else set()
+        self.stop_strings, self.decode = config.stop_strings, decode
+        # Enough trailing tokens to hold any stop string (each token decodes to >= 0 characters,
+        # so one extra token per character plus slack covers it).
+        self.window = max((len(s) for s in self.stop_strings), default=0) + 4
+        self.out: list[int] = []
+
+    def cut(self, tokens: list[int]) -> tuple[list[int], str | None]:
+        for i, tok in enumerate(tokens):
+            self.out.append(tok)
+            reason = ("eos" if tok in self.eos else "length" if len(self.out) >= self.limit
+                      else "stop_string" if self._hit_stop_string() else None)
+            if reason:
+                return tokens[: i + 1], reason
+        return tokens, None
+
+    def _hit_stop_string(self) -> bool:
+        if not self.stop_strings:
+            return False
+        tail = self.decode(self.out[-self.window:])
+        return any(s in tail for s in self.stop_strings)
+
+
+def speculative_steps(target: Target, drafter: Drafter, prompt_ids: Sequence[int], config: DecodeConfig,
+                      *, cache=None) -> Iterator[Step]:
+    """Decode greedily from `prompt_ids`, yielding one `Step` per target forward.
+
+    Pass `cache` (an empty `DynamicCache`) to inspect it between steps; it holds the committed
+    tokens but the last.
+    """
+    prompt = list(prompt_ids)
+    limit = _check_prompt(target, prompt, config)
+    decode = target.decode if target.tokenizer is not None else None
+    stopper = Stopper(config, limit=limit, eos_ids=target.eos_token_ids, decode=decode)
+    cache = target.new_cache() if cache is None else cache
+    drafter.begin(prompt, _prefill(target, cache, prompt[:-1], hidden=drafter.needs_hidden))
+    ids = prompt
+    while True:
+        t0 = _clock(target)
+        draft = drafter.propose(ids)  # 1. draft a token tree rooted at the last committed token
+        t1 = _clock(target)
+        past = cache.get_seq_length()
+        out = verify(target, cache, ids[-1], draft, hidden=drafter.needs_hidden)  # 2. verify it
+        accepted = accept_greedy(draft, out.logits[0])  # 3. accept the longest matching path
+        tokens, stop = stopper.cut(accepted.tokens)
+        kept = accepted.path[: len(tokens)]
+        commit_path(cache, past, kept)  # 4. commit: keep the KV entries of root + accepted nodes
+        drafter.observe(tokens, None if out.hidden is None else out.hidden[0, kept])
+        ids = ids + tokens
+        yield Step(tokens=tokens, draft_nodes=draft.tree.size - 1, draft_s=t1 - t0,
+                   verify_s=_clock(target) - t1, stop=stop)
+        if stop:
+            return
+
+
+def generate(target: Target, drafter: Drafter, prompt_ids: Sequence[int], config: DecodeConfig) -> Generation:
+    """Run `speculative_steps` to the end and collect the output and per-step statistics."""
+    gen = Generation(prompt_ids=list(prompt_ids))
+    start = time.perf_counter()
+    with torch.inference_mode():
+        for step in speculative_steps(target, drafter, prompt_ids, config):
+            gen.steps.append(step)
+            gen.output_ids.extend(step.tokens)
+    gen.seconds = time.perf_counter() - start
+    return gen
+
+
+def _check_prompt(target: Target, prompt: list[int], config: DecodeConfig) -> int:
+    """Validate the prompt; return how many tokens may be generated."""
+    if not prompt:
+        raise Clover2Error("empty prompt: give at least one token")
+    room = target.context_length - len(prompt)
+    if room <= 0:
+        raise Clover2Error(f"prompt of {len(prompt)} tokens does not fit the target's context of "
+                           f"{target.context_length} tokens (nothing left to generate)")
+    return min(config.max_new_tokens, room)
+
+
+def _prefill(target: Target, cache, ids: list[int], *, hidden: bool) -> torch.Tensor | None:
+    """Put `ids` into the empty cache with one causal forward; return their hidden states if asked."""
+    if not ids:
+        return None
+    n, device = len(ids), target.device
+    mask = torch.full((n, n), torch.finfo(target.dtype).min, dtype=target.dtype, device=device).triu(1)
+    out = target.forward(torch.tensor([ids], device=device), torch.arange(n, device=device)[None],
+                         mask[None, None], cache, logits_to_keep=1, hidden=hidden)
+    return None if out.hidden is None else out.hidden[0]
+
+
+def _clock(target: Target) -> float:
+    if target.device.type == "cuda":
+        torch.cuda.synchronize(target.device)
+    return time.perf_counter()

@@ -1,0 +1,122 @@
+"""Token trees: the shape a draft proposes and the target verifies in one forward.
+
+Node 0 is the *root*: the last committed token, whose successor the target has not computed
+yet. Nodes 1..n are draft tokens. Parents precede children, so node order is a topological
+order and a root-to-node path is increasing in index. Everything the verifier needs (depths for
+the position ids, the ancestor matrix for the attention mask) is built once, when the tree is.
+
+Static presets are given the way EAGLE and Medusa give them: as *rank paths*, where
+``(0, 1)`` means "the second-ranked child of the top-ranked child of the root".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from clover2.errors import Clover2Error
+
+
+@dataclass(frozen=True, eq=False)
+class Tree:
+    """Topology of a token tree; `parents[0] == -1` (the root), `parents[i] < i` otherwise."""
+
+    parents: tuple[int, ...]
+    ranks: tuple[int, ...] | None = None  # sibling rank of each node (rank-path trees only)
+    depth: torch.Tensor = field(init=False, repr=False)  # (N,) int64, root = 0
+    ancestors: torch.Tensor = field(init=False, repr=False)  # (N, N) bool, [i, j] = j on root..i path
+
+    def __post_init__(self):
+        parents = self.parents
+        if not parents or parents[0] != -1 or any(not 0 <= p < i for i, p in enumerate(parents) if i):
+            raise Clover2Error(f"not a tree in topological order: parents={parents}")
+        n = len(parents)
+        depth = np.zeros(n, dtype=np.int64)
+        anc = np.eye(n, dtype=bool)
+        for i in range(1, n):
+            depth[i] = depth[parents[i]] + 1
+            anc[i] |= anc[parents[i]]
+        object.__setattr__(self, "depth", torch.from_numpy(depth))
+        object.__setattr__(self, "ancestors", torch.from_numpy(anc))
+
+    @property
+    def size(self) -> int:
+        """Number of nodes, root included: the number of tokens one verification forward processes."""
+        return len(self.parents)
+
+    @property
+    def max_depth(self) -> int:
+        return int(self.depth.max())
+
+    @classmethod
+    def from_paths(cls, paths) -> Tree:
+        """A tree from rank paths (EAGLE/Medusa `choices`); missing prefixes are an error."""
+        ordered = sorted({tuple(p) for p in paths}, key=lambda p: (len(p), p))
+        index = {(): 0}
+        parents, ranks = [-1], [0]
+        for p in ordered:
+            if not p or p[:-1] not in index:
+                raise Clover2Error(f"rank path {list(p)} has no parent path in the preset")
+            index[p] = len(parents)
+            parents.append(index[p[:-1]])
+            ranks.append(p[-1])
+        return cls(parents=tuple(parents), ranks=tuple(ranks))
+
+    @classmethod
+    def chain(cls, length: int) -> Tree:
+        """A plain chain of `length` draft tokens (classic speculative decoding)."""
+        return cls.from_paths([(0,) * d for d in range(1, length + 1)])
+
+    def paths(self) -> list[list[int]]:
+        """Root-to-leaf node paths (the retrieval indices of Medusa/EAGLE), root included."""
+        is_parent = set(self.parents[1:])
+        leaves = [i for i in range(self.size) if i not in is_parent]
+        return [self.ancestors[leaf].nonzero().flatten().tolist() for leaf in leaves]
+
+
+ROOT_ONLY = Tree(parents=(-1,))
+
+# EAGLE-1's tree (`mc_sim_7b_63` in the EAGLE v1 and Clover-2 code): 25 draft nodes, depth 5.
+EAGLE_25 = Tree.from_paths([
+    [0], [1], [2], [3], [0, 0], [0, 1], [0, 2], [1, 0], [1, 1], [2, 0], [2, 1], [3, 0],
+    [0, 0, 0], [0, 0, 1], [0, 0, 2], [0, 1, 0], [0, 1, 1], [0, 2, 0], [0, 2, 1], [1, 0, 0],
+    [0, 0, 0, 0], [0, 0, 0, 1], [0, 0, 0, 2], [0, 0, 0, 0, 0], [0, 0, 0, 0, 1],
+])
+
+# Medusa-1's tree (`mc_sim_7b_63` in the Medusa code): 63 draft nodes, depth 4.
+MEDUSA_63 = Tree.from_paths([
+    [0], [0, 0], [1], [0, 1], [2], [0, 0, 0], [1, 0], [0, 2], [3], [0, 3], [4], [0, 4], [2, 0],
+    [0, 5], [0, 0, 1], [5], [0, 6], [6], [0, 7], [0, 1, 0], [1, 1], [7], [0, 8], [0, 0, 2], [3, 0],
+    [0, 9], [8], [9], [1, 0, 0], [0, 2, 0], [1, 2], [0, 0, 3], [4, 0], [2, 1], [0, 0, 4], [0, 0, 5],
+    [0, 0, 0, 0], [0, 1, 1], [0, 0, 6], [0, 3, 0], [5, 0], [1, 3], [0, 0, 7], [0, 0, 8], [0, 0, 9],
+    [6, 0], [0, 4, 0], [1, 4], [7, 0], [0, 1, 2], [2, 0, 0], [3, 1], [2, 2], [8, 0], [0, 5, 0],
+    [1, 5], [1, 0, 1], [0, 2, 1], [9, 0], [0, 6, 0], [0, 0, 0, 1], [1, 6], [0, 7, 0],
+])
+
+PRESETS: dict[str, Tree] = {"eagle25": EAGLE_25, "medusa63": MEDUSA_63}
+
+
+def preset(name: str) -> Tree:
+    """A named static tree: `eagle25`, `medusa63` or `chainK` (K draft tokens in a row)."""
+    if name in PRESETS:
+        return PRESETS[name]
+    if name.startswith("chain") and name[5:].isdigit() and int(name[5:]) > 0:
+        return Tree.chain(int(name[5:]))
+    raise Clover2Error(f"unknown tree {name!r}; known: {', '.join(PRESETS)}, chainK (e.g. chain5)")
+
+
+@dataclass(frozen=True)
+class Draft:
+    """A proposed token tree: `tokens[i - 1]` is the draft token at node i (the root is not a draft)."""
+
+    tree: Tree
+    tokens: torch.Tensor  # (N - 1,) int64
+
+    def __post_init__(self):
+        if self.tokens.shape != (self.tree.size - 1,):
+            raise ValueError(f"{self.tree.size - 1} draft nodes but tokens of shape {tuple(self.tokens.shape)}")
+
+
+NO_DRAFT = Draft(ROOT_ONLY, torch.empty(0, dtype=torch.long))

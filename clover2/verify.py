@@ -1,0 +1,50 @@
+"""Verification: one target forward over a draft tree, and greedy acceptance of its best path.
+
+Notation follows the speculative-decoding papers (Leviathan et al. 2023): p is the target,
+q the draft. At temperature 0 the target's choice after node i is argmax p(. | path to i); a
+draft node is accepted when its token equals the target's choice after its parent and its
+parent is accepted. The step commits the deepest accepted node's path plus one *bonus* token,
+the target's own choice after that node, so every step yields at least one token (tau >= 1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from clover2.target import Target, TargetOutput
+from clover2.tree import Draft
+
+
+@dataclass(frozen=True)
+class Accepted:
+    path: torch.Tensor  # (k + 1,) node indices root..deepest accepted node
+    tokens: list[int]  # the k accepted draft tokens followed by the bonus token
+
+
+def verify(target: Target, cache, root: int, draft: Draft, *, hidden: bool = False) -> TargetOutput:
+    """Run the target once over [root] + draft tokens, each attending to the prefix and its ancestors."""
+    past = cache.get_seq_length()
+    tree, device = draft.tree, target.device
+    input_ids = torch.cat([torch.tensor([root]), draft.tokens]).to(device)[None]  # (1, N)
+    position_ids = (past + tree.depth).to(device)[None]  # (1, N)
+    mask = torch.zeros(1, 1, tree.size, past + tree.size, dtype=target.dtype, device=device)
+    mask[0, 0, :, past:].masked_fill_(~tree.ancestors.to(device), torch.finfo(target.dtype).min)
+    return target.forward(input_ids, position_ids, mask, cache, hidden=hidden)
+
+
+def accept_greedy(draft: Draft, logits: torch.Tensor) -> Accepted:
+    """The longest draft path that matches the target's argmax, plus the bonus token.
+
+    `logits`: `(N, V)`, row i = the target's logits after node i.
+    """
+    tree = draft.tree
+    choice = logits.argmax(-1).cpu()  # (N,) target's greedy token after each node
+    match = torch.ones(tree.size, dtype=torch.bool)
+    match[1:] = draft.tokens == choice[list(tree.parents[1:])]
+    ok = ~(tree.ancestors & ~match).any(1)  # node and all its ancestors match
+    best = int(torch.where(ok, tree.depth, -1).argmax())
+    path = tree.ancestors[best].nonzero().flatten()
+    tokens = draft.tokens[path[1:] - 1].tolist() + [int(choice[best])]
+    return Accepted(path=path, tokens=tokens)
