@@ -105,7 +105,7 @@ def speculative_steps(target: Target, drafter: Drafter, prompt_ids: Sequence[int
     decode = target.decode if target.tokenizer is not None else None
     stopper = Stopper(config, limit=limit, eos_ids=target.eos_token_ids, decode=decode)
     cache = target.new_cache() if cache is None else cache
-    drafter.begin(prompt, _prefill(target, cache, prompt[:-1], hidden=drafter.needs_hidden))
+    drafter.begin(prompt, prefill(target, cache, prompt[:-1], hidden=drafter.needs_hidden))
     ids = prompt
     while True:
         t0 = _clock(target)
@@ -148,7 +148,7 @@ def _check_prompt(target: Target, prompt: list[int], config: DecodeConfig) -> in
     return min(config.max_new_tokens, room)
 
 
-def _prefill(target: Target, cache, ids: list[int], *, hidden: bool) -> torch.Tensor | None:
+def prefill(target: Target, cache, ids: list[int], *, hidden: bool) -> torch.Tensor | None:
     """Put `ids` into the empty cache with one causal forward; return their hidden states if asked."""
     if not ids:
         return None

@@ -1,0 +1,79 @@
+"""Token trees, presets, and the prompt-lookup drafter."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from clover2.drafters import PromptLookupConfig, PromptLookupDrafter
+from clover2.errors import Clover2Error
+from clover2.tree import EAGLE_25, MEDUSA_63, NO_DRAFT, Tree, preset
+
+
+def test_presets_have_the_published_shapes():
+    assert (EAGLE_25.size - 1, EAGLE_25.max_depth) == (25, 5)
+    assert (MEDUSA_63.size - 1, MEDUSA_63.max_depth) == (63, 4)
+    assert preset("chain5").parents == (-1, 0, 1, 2, 3, 4)
+    assert len(EAGLE_25.paths()) == 15  # 4 leaves at depth 2, 7 at depth 3, 2 at 4, 2 at 5
+
+
+def test_ancestor_matrix_and_depths():
+    t = Tree(parents=(-1, 0, 0, 1, 3))
+    assert t.depth.tolist() == [0, 1, 1, 2, 3]
+    assert t.ancestors[4].nonzero().flatten().tolist() == [0, 1, 3, 4]
+    assert t.ancestors[2].nonzero().flatten().tolist() == [0, 2]
+    assert sorted(map(tuple, t.paths())) == [(0, 1, 3, 4), (0, 2)]
+
+
+@pytest.mark.parametrize("parents", [(), (0,), (-1, 1), (-1, 0, 3, 0)])
+def test_malformed_trees_are_rejected(parents):
+    with pytest.raises(Clover2Error):
+        Tree(parents=parents)
+
+
+def test_unknown_preset_lists_the_known_ones():
+    with pytest.raises(Clover2Error, match="eagle25"):
+        preset("eagle26")
+
+
+def test_rank_paths_need_their_prefixes():
+    with pytest.raises(Clover2Error, match="no parent"):
+        Tree.from_paths([[0], [1, 0]])
+
+
+def test_prompt_lookup_proposes_the_continuation_of_the_last_ngram():
+    ids = [5, 6, 7, 8, 9, 1, 2, 5, 6]
+    draft = PromptLookupDrafter(PromptLookupConfig(max_depth=3)).propose(ids)
+    assert draft.tree.parents == (-1, 0, 1, 2)
+    assert draft.tokens.tolist() == [7, 8, 9]
+
+
+def test_prompt_lookup_merges_different_continuations_into_a_tree():
+    ids = [1, 2, 3, 4, 8, 1, 2, 5, 6, 9, 1, 2]  # "9 1 2" is new; "1 2" occurred twice
+    draft = PromptLookupDrafter(PromptLookupConfig(max_depth=2, max_nodes=8)).propose(ids)
+    # Two branches after "1 2": "5 6" (most recent) and "3 4".
+    kids = [draft.tokens[i - 1].item() for i, p in enumerate(draft.tree.parents) if p == 0]
+    assert sorted(kids) == [3, 5] and draft.tree.size == 5
+
+
+def test_prompt_lookup_respects_its_node_budget_and_keeps_a_tree():
+    ids = [1, 2, 3, 4, 1, 2, 5, 6, 1, 2, 7, 8, 1, 2, 3, 9, 1, 2]
+    draft = PromptLookupDrafter(PromptLookupConfig(max_depth=4, max_nodes=3, max_matches=4)).propose(ids)
+    assert draft.tree.size == 4
+    assert draft.tokens[0].item() == 3  # "3" follows "1 2" twice: the best-supported branch survives
+
+
+def test_prompt_lookup_without_a_match_proposes_nothing():
+    assert PromptLookupDrafter().propose([1, 2, 3, 4]) is NO_DRAFT
+
+
+@pytest.mark.parametrize("bad", [dict(min_ngram=0), dict(min_ngram=4, max_ngram=3), dict(max_nodes=0)])
+def test_prompt_lookup_config_rejects_nonsense(bad):
+    with pytest.raises(Clover2Error):
+        PromptLookupConfig(**bad)
+
+
+def test_draft_tokens_must_match_the_tree():
+    with pytest.raises(ValueError):
+        from clover2.tree import Draft
+        Draft(EAGLE_25, torch.zeros(3, dtype=torch.long))
