@@ -69,7 +69,7 @@ def make_method(name: str, target: Target, config: DecodeConfig) -> Method:
 
 
 def interleaved(methods: dict[str, Method], prompts: dict[str, list[int]], *, repeats: int = 1,
-                reference: str = "ar") -> pd.DataFrame:
+                reference: str = "ar", categories: dict[str, str] | None = None) -> pd.DataFrame:
     """Run every method on every prompt, rotating the order per prompt; one row per run.
 
     A warm-up run of each method on the first prompt is excluded. `identical` says whether the
@@ -89,7 +89,8 @@ def interleaved(methods: dict[str, Method], prompts: dict[str, list[int]], *, re
         for name in names:
             run = runs[name]
             n = len(run.output_ids)
-            rows.append({"method": name, "prompt": pid, "repeat": r, "new_tokens": n, "seconds": run.seconds,
+            rows.append({"method": name, "prompt": pid, "category": (categories or {}).get(pid, ""),
+                         "repeat": r, "new_tokens": n, "seconds": run.seconds,
                          "tokens_per_s": n / run.seconds,
                          "steps": len(run.accept_lengths) if run.accept_lengths else float("nan"),
                          "draft_share": run.draft_s / run.seconds,
@@ -101,13 +102,18 @@ def interleaved(methods: dict[str, Method], prompts: dict[str, list[int]], *, re
 
 
 def summarize(df: pd.DataFrame, *, seed: int = 0, n_boot: int = 2000) -> pd.DataFrame:
-    """Per method: median tokens/s, tau, median per-prompt speedup with a 95% bootstrap interval."""
+    """Per method and category (and `overall`): median tokens/s, tau, identical share, and the
+    median per-prompt speedup over the reference with a 95% bootstrap interval."""
     rng = np.random.default_rng(seed)
+    groups = [(m, "overall", g) for m, g in df.groupby("method", sort=False)]
+    if df.category.nunique() > 1:
+        groups += [(m, c, g) for (m, c), g in df.groupby(["method", "category"], sort=False)]
     rows = []
-    for method, g in df.groupby("method", sort=False):
+    for method, category, g in groups:
         s = g.speedup.to_numpy()
         boot = np.median(rng.choice(s, size=(n_boot, len(s))), axis=1)
-        rows.append({"method": method, "n_runs": len(g), "tokens_per_s": g.tokens_per_s.median(),
+        rows.append({"method": method, "category": category, "n_runs": len(g),
+                     "tokens_per_s": g.tokens_per_s.median(),
                      "tau": g.new_tokens.sum() / g.steps.sum() if g.steps.notna().all() else float("nan"),
                      "speedup": float(np.median(s)), "speedup_lo": float(np.quantile(boot, 0.025)),
                      "speedup_hi": float(np.quantile(boot, 0.975)), "draft_share": g.draft_share.median(),

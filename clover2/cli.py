@@ -124,7 +124,7 @@ def _bench(args):
     names = [m.strip() for m in args.methods.split(",") if m.strip()]
     methods = {name: make_method(name, target, config) for name in names}
     prompts = {r.id: target.encode_chat([{"role": "user", "content": r.turns[0]}]) for r in records}
-    runs = interleaved(methods, prompts, repeats=args.repeats)
+    runs = interleaved(methods, prompts, repeats=args.repeats, categories={r.id: r.category for r in records})
     summary = summarize(runs)
     write_csv(args.out / "runs.csv", runs)
     write_csv(args.out / "summary.csv", summary)

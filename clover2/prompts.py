@@ -2,7 +2,8 @@
 
 A prompts file holds one JSON object per line, either ``{"id": ..., "prompt": "..."}`` or
 ``{"id": ..., "turns": ["first user turn", ...]}`` (the MT-Bench / Spec-Bench layout, where
-``question_id`` may stand for ``id``). Later user turns follow the model's own earlier answers.
+``question_id`` may stand for ``id``), optionally with a ``category`` (or ``kind``). Later user
+turns follow the model's own earlier answers.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from clover2.target import Target
 class PromptRecord:
     id: str
     turns: tuple[str, ...]  # user turns, in order
+    category: str = ""  # optional "category" (Spec-Bench) or "kind" field: results are grouped by it
 
 
 def read_prompts(path: str | Path) -> list[PromptRecord]:
@@ -50,7 +52,8 @@ def _parse_record(line: str, *, where: str, default_id: str) -> PromptRecord:
     turns = [obj["prompt"]] if "prompt" in obj else obj["turns"]
     if not isinstance(turns, list) or not turns or not all(isinstance(t, str) and t.strip() for t in turns):
         raise Clover2Error(f"{where}: \"prompt\" must be a non-empty string and \"turns\" a non-empty list of them")
-    return PromptRecord(id=str(obj.get("id", obj.get("question_id", default_id))), turns=tuple(turns))
+    return PromptRecord(id=str(obj.get("id", obj.get("question_id", default_id))), turns=tuple(turns),
+                        category=str(obj.get("category", obj.get("kind", ""))))
 
 
 def run_conversation(target: Target, make_drafter: Callable[[], Drafter], record: PromptRecord,

@@ -237,8 +237,9 @@ class Target:
         if self.tokenizer is None:
             raise Clover2Error(f"target {self.name!r} has no tokenizer; pass token ids instead of text")
         if getattr(self.tokenizer, "chat_template", None):
-            ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-            return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
+            text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+            # The template writes any BOS token itself; the tokenizer must not add another.
+            return self.tokenizer(text, add_special_tokens=False)["input_ids"]
         # A base model without a template (e.g. Gemma 3 270M): plain turns, one per line.
         text = "\n".join(m["content"] for m in messages) + "\n"
         return self.tokenizer(text)["input_ids"]
