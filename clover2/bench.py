@@ -14,6 +14,7 @@ import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -22,10 +23,10 @@ import transformers
 from tqdm.auto import tqdm
 
 from clover2.decode import DecodeConfig, generate, prefill
-from clover2.drafters import NoDrafter, PromptLookupDrafter
+from clover2.drafters import Drafter, NoDrafter, PromptLookupDrafter
 from clover2.errors import Clover2Error
 from clover2.target import Target
-from clover2.tree import Draft, Tree
+from clover2.tree import Draft, Tree, preset
 from clover2.verify import verify
 
 
@@ -39,13 +40,48 @@ class Run:
 
 Method = Callable[[list[int]], Run]
 
-METHODS = ("ar", "pld", "hf", "hf-pld")
+DRAFT_ARCHS = ("clover2", "clover1", "eagle1", "medusa")
+METHODS = ("ar", "pld", "hf", "hf-pld", *DRAFT_ARCHS)
 
 
-def make_method(name: str, target: Target, config: DecodeConfig) -> Method:
-    """`ar`/`pld`: clover2's loop without/with prompt lookup; `hf`/`hf-pld`: Hugging Face `generate`."""
-    if name in ("ar", "pld"):
-        make = NoDrafter if name == "ar" else PromptLookupDrafter
+def parse_tree(spec: str):
+    """A static preset name (eagle25, medusa63, chainK) or `dynamic:BUDGET:DEPTH:TOPK`."""
+    from clover2.model_drafter import DynamicTree
+
+    if spec.startswith("dynamic"):
+        parts = spec.split(":")[1:]
+        try:
+            return DynamicTree(*map(int, parts))
+        except (TypeError, ValueError):
+            raise Clover2Error(f"bad dynamic tree {spec!r}; write dynamic:BUDGET:DEPTH:TOPK, e.g. dynamic:24:5:8") from None
+    return preset(spec)
+
+
+def drafter_factory(name: str, target: Target, *, draft: Path | None = None, tree: str = "eagle25") -> Callable[[], Drafter]:
+    """A function making a fresh drafter per generation: `ar`, `pld`, or a trained draft (`draft` folder)."""
+    if name == "ar":
+        return NoDrafter
+    if name == "pld":
+        return PromptLookupDrafter
+    if name not in DRAFT_ARCHS:
+        raise Clover2Error(f"unknown method {name!r}; known: {', '.join(METHODS)}")
+    from clover2.checkpoint import load_draft
+    from clover2.model_drafter import ModelDrafter
+
+    if draft is None:
+        raise Clover2Error(f"method {name!r} needs a draft folder (NAME=PATH)")
+    model = load_draft(draft, target)
+    if model.config.arch != name:
+        raise Clover2Error(f"{draft} holds a {model.config.arch} draft, not {name}")
+    shape = parse_tree(tree)
+    return lambda: ModelDrafter(model, shape)
+
+
+def make_method(name: str, target: Target, config: DecodeConfig, *, draft: Path | None = None,
+                tree: str = "eagle25") -> Method:
+    """clover2's loop with a drafter (`ar`, `pld`, a draft architecture), or Hugging Face `generate` (`hf`, `hf-pld`)."""
+    if name not in ("hf", "hf-pld"):
+        make = drafter_factory(name, target, draft=draft, tree=tree)
 
         def run(prompt: list[int]) -> Run:
             g = generate(target, make(), prompt, config)
@@ -65,7 +101,6 @@ def make_method(name: str, target: Target, config: DecodeConfig) -> Method:
                                             generation_config=transformers.GenerationConfig(**gen_config))
             return Run(out[0, len(prompt):].tolist(), time.perf_counter() - start, None)
         return run
-    raise Clover2Error(f"unknown method {name!r}; known: {', '.join(METHODS)}")
 
 
 def interleaved(methods: dict[str, Method], prompts: dict[str, list[int]], *, repeats: int = 1,

@@ -1,4 +1,4 @@
-"""`clover2` command line: targets, prepare-target, generate, bench, cost-curve."""
+"""`clover2` command line: targets, prepare-target, prepare-data, train, generate, bench, cost-curve."""
 
 from __future__ import annotations
 
@@ -32,7 +32,9 @@ def _parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("generate", help="generate answers to prompts, printing one JSON object per prompt")
     _target_args(s)
-    s.add_argument("--method", default="ar", choices=["ar", "pld"], help="ar: plain decoding; pld: prompt lookup")
+    s.add_argument("--method", default="ar", choices=METHOD_CHOICES,
+                   help="ar: plain decoding; pld: prompt lookup; a draft architecture (needs --draft)")
+    _draft_args(s)
     src = s.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt", help="one user turn")
     src.add_argument("--prompts", type=Path, help='JSONL: {"id", "prompt"} or {"id", "turns": [...]} per line')
@@ -42,12 +44,34 @@ def _parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("bench", help="methods against plain decoding, interleaved prompt by prompt")
     _target_args(s)
-    s.add_argument("--prompts", type=Path, required=True)
-    s.add_argument("--methods", default="ar,pld,hf,hf-pld", help="comma-separated; 'ar' is the reference")
+    s.add_argument("--prompts", type=Path, help="a prompts JSONL file (or use --tasks)")
+    s.add_argument("--tasks", default="", help="comma-separated built-in tasks (mt_bench, gsm8k, humaneval)")
+    s.add_argument("--n-per-task", type=int, default=10, help="seeded sample size per task")
+    s.add_argument("--methods", default="ar,pld,hf,hf-pld",
+                   help="comma-separated; 'ar' is the reference; a draft as NAME=PATH (e.g. clover2=drafts/clover2)")
+    s.add_argument("--tree", default="eagle25", help="tree for draft methods: a preset (eagle25, medusa63, chainK) "
+                   "or dynamic:BUDGET:DEPTH:TOPK")
     s.add_argument("--repeats", type=int, default=1)
     _decode_args(s)
     s.add_argument("--out", type=Path, required=True, help="folder for runs.csv, summary.csv, env.json")
     s.set_defaults(func=_bench)
+
+    s = sub.add_parser("prepare-data", help="the target answers ShareGPT prompts; store hidden states and top-k")
+    s.add_argument("--config", default="cpu", help="profile name in configs/ or a YAML path")
+    s.add_argument("--out", type=Path, help="data folder (default: $CLOVER2_CACHE/data/<profile>)")
+    s.add_argument("--sharegpt", type=Path, help="a full ShareGPT JSON file instead of the wheel's copy")
+    s.set_defaults(func=_prepare_data)
+
+    s = sub.add_parser("train", help="train a draft on prepared data (torchrun for several processes)")
+    s.add_argument("--config", default="cpu")
+    s.add_argument("--arch", required=True, help="clover2, clover1, eagle1 or medusa")
+    s.add_argument("--data", type=Path, help="data folder (default: $CLOVER2_CACHE/data/<profile>)")
+    s.add_argument("--out", type=Path, help="draft folder (default: $CLOVER2_CACHE/drafts/<profile>/<arch>)")
+    s.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                   help="override a draft config field (the ablations), e.g. extraction=after")
+    s.add_argument("--max-minutes", type=float, help="override the profile's training time budget")
+    s.add_argument("--max-steps", type=int, help="override the profile's step budget")
+    s.set_defaults(func=_train)
 
     s = sub.add_parser("cost-curve", help="target forward time for N new tokens over a cached prefix")
     _target_args(s)
@@ -56,6 +80,14 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--out", type=Path, required=True)
     s.set_defaults(func=_cost_curve)
     return p
+
+
+METHOD_CHOICES = ["ar", "pld", "clover2", "clover1", "eagle1", "medusa"]
+
+
+def _draft_args(s):
+    s.add_argument("--draft", type=Path, help="a trained draft folder (for the draft methods)")
+    s.add_argument("--tree", default="eagle25", help="a preset (eagle25, medusa63, chainK) or dynamic:BUDGET:DEPTH:TOPK")
 
 
 def _target_args(s):
@@ -101,13 +133,15 @@ def _prepare(args):
 
 
 def _generate(args):
-    from clover2.drafters import NoDrafter, PromptLookupDrafter
+    from clover2.bench import drafter_factory
     from clover2.prompts import PromptRecord, conversation_json, read_prompts, run_conversation
 
     config = _decode_config(args)
     records = read_prompts(args.prompts) if args.prompts else [PromptRecord(id="0", turns=(args.prompt,))]
+    if args.method not in ("ar", "pld") and args.draft is None:
+        raise Clover2Error(f"--method {args.method} needs --draft PATH (a folder written by `clover2 train`)")
     target = _load(args)
-    make = NoDrafter if args.method == "ar" else PromptLookupDrafter
+    make = drafter_factory(args.method, target, draft=args.draft, tree=args.tree)
     for record in records:
         result = conversation_json(target, record, run_conversation(target, make, record, config))
         print(json.dumps(result) if args.json else result["text"], flush=True)
@@ -118,12 +152,20 @@ def _bench(args):
     from clover2.files import write_csv, write_json
     from clover2.prompts import read_prompts
 
+    from clover2.tasks import load_task
+
     config = _decode_config(args)
-    records = read_prompts(args.prompts)
+    records = read_prompts(args.prompts) if args.prompts else []
+    for task in filter(None, args.tasks.split(",")):
+        records += load_task(task.strip(), args.n_per_task)
+    if not records:
+        raise Clover2Error("give --prompts FILE or --tasks NAMES")
     target = _load(args)
-    names = [m.strip() for m in args.methods.split(",") if m.strip()]
-    methods = {name: make_method(name, target, config) for name in names}
-    prompts = {r.id: target.encode_chat([{"role": "user", "content": r.turns[0]}]) for r in records}
+    methods = {}
+    for spec in filter(None, (m.strip() for m in args.methods.split(","))):
+        name, _, path = spec.partition("=")
+        methods[name] = make_method(name, target, config, draft=Path(path) if path else None, tree=args.tree)
+    prompts = {r.id: target.encode_chat([{"role": "user", "content": r.turns[0]}]) for r in records}  # first turns
     runs = interleaved(methods, prompts, repeats=args.repeats, categories={r.id: r.category for r in records})
     summary = summarize(runs)
     write_csv(args.out / "runs.csv", runs)
@@ -131,6 +173,55 @@ def _bench(args):
     write_json(args.out / "env.json", environment(target) | {"max_new_tokens": config.max_new_tokens,
                                                              "prompts": str(args.prompts), "repeats": args.repeats})
     print(summary.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+
+
+def _prepare_data(args):
+    from clover2.corpora import sharegpt_user_turns
+    from clover2.data import prepare_data
+    from clover2.profiles import load_profile
+    from clover2.target import cache_root, load_target
+    from clover2.train import setup_distributed
+
+    profile = load_profile(args.config)
+    rank, world = setup_distributed()
+    target = load_target(profile.target, dtype=profile.dtype, device=profile.device)
+    out = args.out or cache_root() / "data" / profile.name
+    meta = prepare_data(target, sharegpt_user_turns(args.sharegpt), out, profile.data, rank=rank, world=world)
+    if rank == 0:
+        print(json.dumps({k: meta[k] for k in ("tokens", "response_tokens", "bytes_per_token", "hash")}))
+
+
+def _train(args):
+    from dataclasses import replace
+
+    from clover2.profiles import load_profile
+    from clover2.target import cache_root, load_target
+    from clover2.train import setup_distributed, train
+
+    profile = load_profile(args.config)
+    overrides = dict(_parse_setting(s) for s in args.set)
+    draft_config = profile.draft_config(args.arch, **overrides)
+    train_config = profile.train
+    if args.max_minutes is not None:
+        train_config = replace(train_config, max_minutes=args.max_minutes)
+    if args.max_steps is not None:
+        train_config = replace(train_config, max_steps=args.max_steps)
+    rank, _ = setup_distributed()
+    target = load_target(profile.target, dtype=profile.dtype, device=profile.device)
+    data = args.data or cache_root() / "data" / profile.name
+    out = args.out or cache_root() / "drafts" / profile.name / args.arch
+    metrics = train(target, data, out, draft_config, train_config)
+    if rank == 0:
+        print(json.dumps({"out": str(out), **{k: round(v, 4) for k, v in metrics.items()}}))
+
+
+def _parse_setting(text: str) -> tuple[str, object]:
+    key, sep, value = text.partition("=")
+    if not sep:
+        raise Clover2Error(f"--set takes FIELD=VALUE, got {text!r}")
+    import yaml
+
+    return key.strip(), yaml.safe_load(value)
 
 
 def _cost_curve(args):

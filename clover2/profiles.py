@@ -1,0 +1,66 @@
+"""Profiles: one YAML file in `configs/` names the target and every setting of a run.
+
+A profile has the sections `data` (DataConfig), `train` (TrainConfig) and `draft` (DraftConfig
+fields applied on top of each architecture's own recipe), plus `target`, `dtype` and `device`.
+Unknown keys are errors, so a typo never silently falls back to a default.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import yaml
+
+from clover2.data import DataConfig
+from clover2.draft import DraftConfig
+from clover2.errors import Clover2Error
+from clover2.train import TrainConfig
+
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    target: str  # built-in name, checkpoint folder or hub id
+    dtype: str  # auto | float32 | bfloat16
+    device: str  # cpu | cuda
+    data: DataConfig
+    train: TrainConfig
+    draft: dict  # DraftConfig overrides shared by every architecture
+
+    def draft_config(self, arch: str, **overrides) -> DraftConfig:
+        return DraftConfig.for_arch(arch, **(self.draft | overrides))
+
+
+def load_profile(name: str | Path) -> Profile:
+    """A profile by name (`configs/<name>.yaml`) or path."""
+    path = Path(name)
+    if not path.suffix:
+        path = CONFIG_DIR / f"{name}.yaml"
+    if not path.is_file():
+        known = sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
+        raise Clover2Error(f"unknown profile {str(name)!r}; known: {', '.join(known)}")
+    raw = yaml.safe_load(path.read_text()) or {}
+    _check_keys(raw, {"target", "dtype", "device", "data", "train", "draft"}, str(path))
+    sections = {}
+    for key, cls in (("data", DataConfig), ("train", TrainConfig)):
+        section = raw.get(key) or {}
+        _check_keys(section, {f.name for f in fields(cls)}, f"{path} [{key}]")
+        if "betas" in section:
+            section["betas"] = tuple(section["betas"])
+        sections[key] = cls(**section)
+    draft = raw.get("draft") or {}
+    _check_keys(draft, {f.name for f in fields(DraftConfig)} - {"arch"}, f"{path} [draft]")
+    return Profile(name=path.stem, target=str(raw.get("target", "smollm2-135m-instruct")),
+                   dtype=str(raw.get("dtype", "auto")), device=str(raw.get("device", "cpu")),
+                   data=sections["data"], train=sections["train"], draft=draft)
+
+
+def _check_keys(section: dict, allowed: set[str], where: str) -> None:
+    if not isinstance(section, dict):
+        raise Clover2Error(f"{where}: expected a mapping")
+    unknown = set(section) - allowed
+    if unknown:
+        raise Clover2Error(f"{where}: unknown keys {sorted(unknown)}; allowed: {sorted(allowed)}")

@@ -1,0 +1,198 @@
+"""Training a draft by distillation: AdamW with warm-up, value clipping, a step or wall-clock budget,
+held-out evaluation, atomic checkpoints that resume exactly, and data parallelism with torchrun.
+
+Data parallel: every rank takes an equal slice of each global batch, losses are normalized by the
+*global* count of positions that count, and DistributedDataParallel averages gradients, so N ranks
+compute the same update as one process with the same global batch. On CPU the backend is gloo,
+on GPU nccl. Run `torchrun --nproc-per-node N -m clover2.cli train ...`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from tqdm.auto import tqdm
+
+from clover2.checkpoint import save_draft
+from clover2.data import DistillData
+from clover2.draft import DraftConfig, DraftModel
+from clover2.errors import Clover2Error
+from clover2.files import write_json
+from clover2.losses import Batch, draft_loss, head_counts
+from clover2.target import Target
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    lr: float = 1e-3  # official Clover-2 learning rate
+    betas: tuple[float, float] = (0.9, 0.95)  # official AdamW betas
+    weight_decay: float = 0.01  # AdamW's default
+    warmup_steps: int = 50  # linear warm-up, then constant (the official schedule is ~constant past warm-up)
+    clip_value: float = 0.5  # clip_grad_value_ as in the official code
+    batch_size: int = 8  # sequences per global batch (split across ranks)
+    max_len: int = 640  # tokens per sequence (longer ones are cut)
+    max_steps: int = 0  # stop after this many steps (0: no step limit)
+    max_minutes: float = 0.0  # stop after this much training time (0: no time limit)
+    epochs: int = 21  # official epoch count; the step/time budget usually ends training first
+    eval_every: int = 100  # steps between held-out evaluations (and checkpoints)
+    eval_batches: int = 8  # held-out batches per evaluation
+    held_out: float = 0.05  # share of sequences held out
+    draft_vocab_from: str = "train"  # draft vocabulary counted on the training split
+    autocast_bf16: bool = False  # bf16 autocast (fast on GPUs and CPUs with native bf16)
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.lr <= 0 or self.batch_size < 1 or self.max_len < 8 or self.eval_every < 1:
+            raise Clover2Error(f"train config: need lr > 0, batch_size >= 1, max_len >= 8, eval_every >= 1: {self}")
+        if not self.max_steps and not self.max_minutes and self.epochs < 1:
+            raise Clover2Error("train config: give max_steps, max_minutes or epochs")
+
+
+def train(target: Target, data_dir: Path, out: Path, draft_config: DraftConfig, config: TrainConfig) -> dict:
+    """Train (or resume training) a draft into `out`; returns the final evaluation metrics."""
+    rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
+    if config.batch_size % world:
+        raise Clover2Error(f"batch_size {config.batch_size} is not divisible by {world} ranks")
+    data = DistillData(data_dir)
+    if data.meta["target"] != target.identity():
+        raise Clover2Error(f"{data_dir} was made by target {data.meta['target']['name']} "
+                           f"(fingerprint {data.meta['target']['fingerprint']}), not {target.name}")
+    train_idx, eval_idx = data.split(config.held_out)
+    V = target.config.get_text_config().vocab_size
+    d2t = None
+    if draft_config.draft_vocab:
+        freq = data.token_frequencies(V, train_idx)
+        d2t = torch.from_numpy(np.argsort(-freq, kind="stable")[: draft_config.draft_vocab].copy())
+    torch.manual_seed(config.seed)
+    model = DraftModel.from_target(draft_config, target, d2t=d2t)
+    t2d = torch.full((V,), -1, dtype=torch.long)
+    t2d[model.d2t] = torch.arange(len(model.d2t))
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=config.lr, betas=config.betas, weight_decay=config.weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / max(1, config.warmup_steps)))
+    state = {"step": 0, "seconds": 0.0, "tokens": 0}
+    ckpt = out / "checkpoint"
+    if (ckpt / "state.pt").exists():
+        saved = torch.load(ckpt / "state.pt", weights_only=False)
+        if saved["draft_config"] != asdict(draft_config) or saved["train_config"] != asdict(config):
+            raise Clover2Error(f"{ckpt} was written with other settings; use another --out or the same settings")
+        model.load_state_dict(saved["model"])
+        opt.load_state_dict(saved["optimizer"])
+        sched.load_state_dict(saved["scheduler"])
+        torch.set_rng_state(saved["rng"])
+        state = saved["state"]
+    ddp = torch.nn.parallel.DistributedDataParallel(model) if world > 1 else model
+    steps_per_epoch = len(train_idx) // config.batch_size
+    if steps_per_epoch < 1:
+        raise Clover2Error(f"only {len(train_idx)} training sequences for a batch of {config.batch_size}")
+    total = config.epochs * steps_per_epoch
+    total = min(total, config.max_steps) if config.max_steps else total
+    log = out / "metrics.jsonl"
+    bar = tqdm(total=total, initial=state["step"], desc=f"train {draft_config.arch}", unit="step", disable=rank != 0)
+    metrics: dict = {}
+    while state["step"] < total:
+        step = state["step"]
+        epoch, k = divmod(step, steps_per_epoch)
+        perm = np.random.default_rng([config.seed, epoch]).permutation(train_idx)
+        glob = perm[k * config.batch_size:(k + 1) * config.batch_size].tolist()
+        local = glob[rank * len(glob) // world:(rank + 1) * len(glob) // world]
+        start = time.perf_counter()
+        batch = data.batch(local, max_len=config.max_len, t2d=t2d)
+        counts = head_counts(batch, draft_config.trained_heads)
+        if world > 1:
+            dist.all_reduce(counts)
+        model.train()
+        with torch.autocast("cpu" if target.device.type == "cpu" else "cuda", dtype=torch.bfloat16,
+                            enabled=config.autocast_bf16):
+            outs = ddp(batch.h.to(target.device), batch.next_ids.to(target.device))
+            logits = [model.logits(o) for o in outs]
+            loss, metrics = draft_loss(draft_config, outs, logits, model.regression_targets(batch.h.to(target.device)),
+                                       _to(batch, target.device), denominator=counts.clamp(min=1).to(target.device))
+        if world > 1:  # log the global loss, not this rank's share of it
+            global_loss = loss.detach().clone()
+            dist.all_reduce(global_loss)
+            metrics["loss"] = global_loss.item()
+        opt.zero_grad(set_to_none=True)
+        (loss * world).backward()  # DDP averages over ranks; the loss is already a global mean
+        torch.nn.utils.clip_grad_value_(params, config.clip_value)
+        opt.step()
+        sched.step()
+        elapsed = torch.tensor([time.perf_counter() - start])
+        if world > 1:
+            dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
+        state = {"step": step + 1, "seconds": state["seconds"] + float(elapsed),
+                 "tokens": state["tokens"] + int(batch.mask.sum()) * world}
+        bar.update(1)
+        bar.set_postfix(loss=f"{metrics['loss']:.3f}", top1=f"{metrics.get('head0_top1', 0):.2f}")
+        done = state["step"] >= total or (config.max_minutes and state["seconds"] >= 60 * config.max_minutes)
+        if done or state["step"] % config.eval_every == 0:
+            ev = evaluate(model, data, eval_idx, t2d, config, target.device)
+            if rank == 0:
+                _append_jsonl(log, {"step": state["step"], "epoch": epoch, "lr": sched.get_last_lr()[0],
+                                    "train_seconds": round(state["seconds"], 2), "tokens": state["tokens"],
+                                    "tokens_per_s": round(state["tokens"] / max(state["seconds"], 1e-9), 1),
+                                    **{f"train_{k}": v for k, v in metrics.items()},
+                                    **{f"eval_{k}": v for k, v in ev.items()}})
+                _save_state(ckpt, model, opt, sched, state, draft_config, config)
+            metrics = ev
+        if done:
+            break
+    bar.close()
+    if rank == 0:
+        save_draft(out, model, target, draft_config,
+                   extra={"data_hash": data.meta["hash"], "train_config": asdict(config), "train_state": state,
+                          "eval": metrics})
+    return metrics
+
+
+@torch.no_grad()
+def evaluate(model: DraftModel, data: DistillData, eval_idx: list[int], t2d: torch.Tensor, config: TrainConfig,
+             device) -> dict[str, float]:
+    """Mean held-out loss and per-head accuracies over the first `eval_batches` batches."""
+    model.eval()
+    sums: dict[str, float] = {}
+    n = 0
+    for b in range(0, min(len(eval_idx), config.eval_batches * config.batch_size), config.batch_size):
+        batch = _to(data.batch(eval_idx[b:b + config.batch_size], max_len=config.max_len, t2d=t2d), device)
+        outs = model(batch.h, batch.next_ids)
+        _, m = draft_loss(model.config, outs, [model.logits(o) for o in outs], model.regression_targets(batch.h), batch)
+        for k, v in m.items():
+            sums[k] = sums.get(k, 0.0) + v
+        n += 1
+    return {k: v / max(1, n) for k, v in sums.items()}
+
+
+def _to(batch: Batch, device) -> Batch:
+    return Batch(**{f: getattr(batch, f).to(device) for f in batch.__dataclass_fields__})
+
+
+def _save_state(ckpt: Path, model, opt, sched, state, draft_config, config) -> None:
+    """The resumable training state, replaced atomically."""
+    ckpt.mkdir(parents=True, exist_ok=True)
+    tmp = ckpt / "state.pt.tmp"
+    torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
+                "rng": torch.get_rng_state(), "state": state, "draft_config": asdict(draft_config),
+                "train_config": asdict(config)}, tmp)
+    os.replace(tmp, ckpt / "state.pt")
+
+
+def _append_jsonl(path: Path, row: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        f.write(json.dumps(row) + "\n")
+
+
+def setup_distributed() -> tuple[int, int]:
+    """Join the torchrun process group if launched by torchrun; (rank, world size)."""
+    if "RANK" not in os.environ or dist.is_initialized():
+        return (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
+    dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    return dist.get_rank(), dist.get_world_size()
+

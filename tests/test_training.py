@@ -1,0 +1,177 @@
+"""Training: the loss goes down, an interrupted run resumes to the same weights, two torchrun
+processes match one, and bad checkpoints or data are refused with clear errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import clover2.train as train_mod
+from clover2.checkpoint import load_draft
+from clover2.data import ARRAYS, DistillData, finalize
+from clover2.draft import DraftConfig, DraftModel
+from clover2.errors import Clover2Error
+from clover2.files import write_json
+from clover2.target import load_target
+from clover2.train import TrainConfig, train
+
+from conftest import VOCAB, tiny_target
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def fake_data(folder: Path, target, *, seqs: int = 24, length: int = 20, k: int = 4, seed: int = 0) -> Path:
+    """A data folder in the real format, from the tiny target's own greedy continuations."""
+    rng = np.random.default_rng(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    write_json(folder / "meta.json", {"target": target.identity(), "config": {}, "complete": False})
+    for shard in range(2):
+        parts = {a: [] for a in ARRAYS}
+        lengths = []
+        for _ in range(seqs // 2):
+            ids = torch.tensor(rng.integers(0, VOCAB, length))
+            with torch.no_grad():
+                out = target.forward(ids[None], torch.arange(length)[None],
+                                     torch.full((length, length), -1e9).triu(1)[None, None], target.new_cache(),
+                                     hidden=True)
+            top = torch.log_softmax(out.logits[0], -1).topk(k)
+            parts["ids"].append(ids.numpy().astype(np.int32))
+            parts["hidden"].append(out.hidden[0].numpy().astype(np.float16))
+            parts["topk_ids"].append(top.indices.numpy().astype(np.int32))
+            parts["topk_logp"].append(top.values.numpy().astype(np.float16))
+            parts["response"].append(np.arange(length) >= length // 3)
+            lengths.append(length)
+        d = folder / f"shard_{shard:05d}"
+        d.mkdir()
+        for a, p in parts.items():
+            np.save(d / f"{a}.npy", np.concatenate(p))
+        np.save(d / "offsets.npy", np.concatenate([[0], np.cumsum(lengths)]))
+    finalize(folder, 2)
+    return folder
+
+
+CFG = TrainConfig(batch_size=4, max_len=32, max_steps=6, eval_every=3, eval_batches=1, warmup_steps=2,
+                  held_out=0.2, lr=3e-3)
+
+
+@pytest.fixture(scope="module")
+def tiny_folder(tmp_path_factory):
+    """A tiny Llama saved as a checkpoint folder, so that subprocesses can load it by path."""
+    folder = tmp_path_factory.mktemp("tiny") / "llama"
+    tiny_target("llama").model.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def target(tiny_folder):
+    return load_target(str(tiny_folder), dtype="float32")
+
+
+@pytest.fixture(scope="module")
+def data(target, tmp_path_factory):
+    return fake_data(tmp_path_factory.mktemp("data") / "d", target)
+
+
+@pytest.mark.parametrize("arch", ["clover2", "eagle1", "medusa", "clover1"])
+def test_training_lowers_the_held_out_loss(target, data, tmp_path, arch):
+    cfg = replace(CFG, max_steps=12, eval_every=12)
+    dc = DraftConfig.for_arch(arch, num_heads=3)
+    torch.manual_seed(cfg.seed)
+    untrained = DraftModel.from_target(dc, target)
+    first = train_mod.evaluate(untrained, DistillData(data), DistillData(data).split(cfg.held_out)[1],
+                               torch.arange(VOCAB), cfg, target.device)
+    final = train(target, data, tmp_path / arch, dc, cfg)
+    assert final["loss"] < first["loss"]
+    lines = [json.loads(x) for x in (tmp_path / arch / "metrics.jsonl").read_text().splitlines()]
+    assert lines[-1]["step"] == 12 and "eval_head0_top1" in lines[-1]
+
+
+def test_interrupted_training_resumes_to_the_same_weights(target, data, tmp_path, monkeypatch):
+    dc = DraftConfig(num_heads=3, draft_vocab=48)
+    train(target, data, tmp_path / "straight", dc, CFG)
+    real_save = train_mod._save_state
+
+    def save_then_die(*args, **kwargs):
+        real_save(*args, **kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(train_mod, "_save_state", save_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        train(target, data, tmp_path / "resumed", dc, CFG)
+    monkeypatch.setattr(train_mod, "_save_state", real_save)
+    train(target, data, tmp_path / "resumed", dc, CFG)
+    a = load_file(tmp_path / "straight" / "draft.safetensors")
+    b = load_file(tmp_path / "resumed" / "draft.safetensors")
+    assert a.keys() == b.keys()
+    for key in a:
+        torch.testing.assert_close(a[key], b[key], atol=0, rtol=0)
+
+
+def test_resuming_with_other_settings_is_refused(target, data, tmp_path):
+    train(target, data, tmp_path / "x", DraftConfig(num_heads=3), replace(CFG, max_steps=3))
+    with pytest.raises(Clover2Error, match="other settings"):
+        train(target, data, tmp_path / "x", DraftConfig(num_heads=2), replace(CFG, max_steps=3))
+
+
+def test_two_torchrun_processes_match_one(tiny_folder, target, data, tmp_path):
+    profile = tmp_path / "p.yaml"
+    profile.write_text(f"target: {tiny_folder}\ndtype: float32\ntrain:\n  batch_size: 4\n  max_len: 32\n"
+                       "  max_steps: 4\n  eval_every: 2\n  eval_batches: 1\n  warmup_steps: 2\n  held_out: 0.2\n"
+                       "draft:\n  num_heads: 3\n")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    common = ["-m", "clover2.cli", "train", "--config", str(profile), "--arch", "clover2", "--data", str(data)]
+    subprocess.run([sys.executable, *common, "--out", str(tmp_path / "one")], check=True, env=env, cwd=ROOT,
+                   capture_output=True)
+    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29517",
+                    *common, "--out", str(tmp_path / "two")], check=True, env=env, cwd=ROOT, capture_output=True)
+    one = [json.loads(x) for x in (tmp_path / "one" / "metrics.jsonl").read_text().splitlines()]
+    two = [json.loads(x) for x in (tmp_path / "two" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in one] == [r["step"] for r in two] == [2, 4]
+    for r1, r2 in zip(one, two):
+        assert r1["train_loss"] == pytest.approx(r2["train_loss"], rel=1e-4)
+        assert r1["eval_loss"] == pytest.approx(r2["eval_loss"], rel=1e-4)
+    a = load_file(tmp_path / "one" / "draft.safetensors")
+    b = load_file(tmp_path / "two" / "draft.safetensors")
+    for key in a:
+        torch.testing.assert_close(a[key], b[key], atol=1e-5, rtol=1e-4)
+
+
+def test_draft_for_another_target_is_refused(target, data, tmp_path):
+    train(target, data, tmp_path / "d", DraftConfig(num_heads=2), replace(CFG, max_steps=2, eval_every=2))
+    other = tiny_target("llama", seed=1)  # same shapes, other weights
+    with pytest.raises(Clover2Error, match="trained for target"):
+        load_draft(tmp_path / "d", other)
+    assert load_draft(tmp_path / "d", target).config.num_heads == 2
+
+
+def test_corrupt_or_partial_checkpoints_are_refused(target, data, tmp_path):
+    out = tmp_path / "d"
+    train(target, data, out, DraftConfig(num_heads=2), replace(CFG, max_steps=2, eval_every=2))
+    weights = out / "draft.safetensors"
+    blob = weights.read_bytes()
+    weights.write_bytes(blob[: len(blob) // 2])
+    with pytest.raises(Clover2Error, match="partial or corrupt"):
+        load_draft(out, target)
+    (out / "draft.json").unlink()
+    with pytest.raises(Clover2Error, match="no draft.json"):
+        load_draft(out, target)
+
+
+def test_data_from_another_target_is_refused(data, tmp_path):
+    with pytest.raises(Clover2Error, match="made by target"):
+        train(tiny_target("qwen2"), data, tmp_path / "d", DraftConfig(num_heads=2), CFG)
+
+
+def test_incomplete_data_is_refused(tmp_path):
+    (tmp_path / "meta.json").write_text(json.dumps({"target": {}, "config": {}, "complete": False}))
+    with pytest.raises(Clover2Error, match="incomplete"):
+        DistillData(tmp_path)
