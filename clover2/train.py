@@ -111,10 +111,10 @@ def train(target: Target, data_dir: Path, out: Path, draft_config: DraftConfig, 
         model.train()
         with torch.autocast("cpu" if target.device.type == "cpu" else "cuda", dtype=torch.bfloat16,
                             enabled=config.autocast_bf16):
-            outs = ddp(batch.h.to(target.device), batch.next_ids.to(target.device))
-            logits = [model.logits(o) for o in outs]
-            loss, metrics = draft_loss(draft_config, outs, logits, model.regression_targets(batch.h.to(target.device)),
-                                       _to(batch, target.device), denominator=counts.clamp(min=1).to(target.device))
+            outs = ddp(batch.h.to(target.device), batch.next_ids.to(target.device))  # one output per trained head
+            device_batch = _to(batch, target.device)
+            loss, metrics = draft_loss(draft_config, outs, model.logits, model.regression_targets(device_batch.h),
+                                       device_batch, denominator=counts.clamp(min=1).to(target.device))
         if world > 1:  # log the global loss, not this rank's share of it
             global_loss = loss.detach().clone()
             dist.all_reduce(global_loss)
@@ -162,7 +162,7 @@ def evaluate(model: DraftModel, data: DistillData, eval_idx: list[int], t2d: tor
     for b in range(0, min(len(eval_idx), config.eval_batches * config.batch_size), config.batch_size):
         batch = _to(data.batch(eval_idx[b:b + config.batch_size], max_len=config.max_len, t2d=t2d), device)
         outs = model(batch.h, batch.next_ids)
-        _, m = draft_loss(model.config, outs, [model.logits(o) for o in outs], model.regression_targets(batch.h), batch)
+        _, m = draft_loss(model.config, outs, model.logits, model.regression_targets(batch.h), batch)
         for k, v in m.items():
             sums[k] = sums.get(k, 0.0) + v
         n += 1

@@ -84,11 +84,10 @@ def test_loss_counts_only_masked_positions_and_decays_by_head(tiny):
                   topk_ids=torch.randint(0, VOCAB, (B, T, k)), topk_p=torch.full((B, T, k), 0.25),
                   label_ids=torch.randint(0, VOCAB, (B, T)), mask=torch.zeros(B, T, dtype=torch.bool))
     outs = model(batch.h, batch.next_ids)
-    logits = [model.logits(o) for o in outs]
-    loss, m = draft_loss(model.config, outs, logits, model.regression_targets(batch.h), batch)
+    loss, m = draft_loss(model.config, outs, model.logits, model.regression_targets(batch.h), batch)
     assert loss.item() == 0  # nothing masked in
     batch.mask[:, 3:6] = True
-    loss, m = draft_loss(model.config, outs, logits, model.regression_targets(batch.h), batch)
+    loss, m = draft_loss(model.config, outs, model.logits, model.regression_targets(batch.h), batch)
     assert loss.item() == pytest.approx(m["head0_loss"] + 0.7 * m["head1_loss"], rel=1e-5)
     assert 0 <= m["head0_top1"] <= m["head0_top5"] <= 1
 
