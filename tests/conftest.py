@@ -21,8 +21,8 @@ class CharTokenizer:
         return "".join(chr(33 + i % 90) for i in ids)
 
 
-def _config(family: str):
-    common = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+def _config(family: str, vocab: int = VOCAB):
+    common = dict(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
                   initializer_range=0.2, eos_token_id=None, bos_token_id=None, pad_token_id=None,
                   tie_word_embeddings=False)
@@ -38,9 +38,9 @@ def _config(family: str):
     raise ValueError(family)
 
 
-def tiny_target(family: str, seed: int = 0, dtype=torch.float32) -> Target:
+def tiny_target(family: str, seed: int = 0, dtype=torch.float32, vocab: int = VOCAB) -> Target:
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(_config(family), dtype=dtype, attn_implementation="sdpa").eval()
+    model = AutoModelForCausalLM.from_config(_config(family, vocab), dtype=dtype, attn_implementation="sdpa").eval()
     model.requires_grad_(False)
     model.generation_config.eos_token_id = None
     model.generation_config.pad_token_id = 0
