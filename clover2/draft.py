@@ -56,6 +56,10 @@ class DraftConfig:
     regression_weight: float = 10.0  # weight of SmoothL1 to the target's (normed) hidden state
     head_decay: float = 0.7  # head i's loss is scaled by head_decay ** i
     input_noise: float = 0.0  # uniform noise half-width on input features (EAGLE-1 trains with 0.1)
+    # Scale of Attention Decoder #0's value path (the token entering the trunk). 1 is the official
+    # code; 0 means "auto": the ratio of the target's hidden-state RMS to the embedding RMS, measured
+    # on the training data, so that the token is not drowned in a large residual stream.
+    value_gain: float = 1.0
 
     def __post_init__(self):
         choices = {"arch": ARCHS, "extraction": ("before", "after"), "embedding": ("lm_head", "input"),
@@ -101,6 +105,7 @@ class AttentionDecoder(nn.Module):
     def __init__(self, hidden: int, heads: int, eps: float):
         super().__init__()
         self.heads = heads
+        self.register_buffer("gain", torch.ones(()))  # scale of the value path (see DraftConfig.value_gain)
         self.norm = nn.RMSNorm(hidden, eps=eps)
         self.q, self.k, self.v = (nn.Linear(hidden, hidden) for _ in range(3))
         with torch.no_grad():
@@ -111,7 +116,7 @@ class AttentionDecoder(nn.Module):
     def forward(self, h: torch.Tensor, e: torch.Tensor) -> torch.Tensor:
         split = lambda x: x.unflatten(-1, (self.heads, -1))  # noqa: E731  (..., H) -> (..., nh, dh)
         gate = F.cosine_similarity(split(self.q(self.norm(h))), split(self.k(e)), dim=-1)  # (..., nh)
-        return h + (gate[..., None] * split(self.v(e))).flatten(-2)
+        return h + self.gain * (gate[..., None] * split(self.v(e))).flatten(-2)
 
 
 class ResBlock(nn.Module):

@@ -72,6 +72,8 @@ def train(target: Target, data_dir: Path, out: Path, draft_config: DraftConfig, 
         d2t = torch.from_numpy(np.argsort(-freq, kind="stable")[: draft_config.draft_vocab].copy())
     torch.manual_seed(config.seed)
     model = DraftModel.from_target(draft_config, target, d2t=d2t)
+    if hasattr(model, "ad0"):
+        model.ad0.gain.fill_(draft_config.value_gain or _auto_gain(model, data))
     t2d = torch.full((V,), -1, dtype=torch.long)
     t2d[model.d2t] = torch.arange(len(model.d2t))
     params = [p for p in model.parameters() if p.requires_grad]
@@ -167,6 +169,12 @@ def evaluate(model: DraftModel, data: DistillData, eval_idx: list[int], t2d: tor
             sums[k] = sums.get(k, 0.0) + v
         n += 1
     return {k: v / max(1, n) for k, v in sums.items()}
+
+
+def _auto_gain(model: DraftModel, data: DistillData) -> float:
+    """RMS of the target's hidden states (first 4096 stored tokens) over RMS of the token embeddings."""
+    h = torch.from_numpy(np.asarray(data.shards[0]["hidden"][:4096], dtype=np.float32))
+    return float(h.pow(2).mean().sqrt() / model.embed.weight.float().pow(2).mean().sqrt())
 
 
 def _to(batch: Batch, device) -> Batch:
