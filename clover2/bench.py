@@ -25,6 +25,7 @@ from tqdm.auto import tqdm
 from clover2.decode import DecodeConfig, generate, prefill
 from clover2.drafters import Drafter, NoDrafter, PromptLookupDrafter
 from clover2.errors import Clover2Error
+from clover2.sampling import SamplingConfig
 from clover2.target import Target
 from clover2.tree import Draft, Tree, preset
 from clover2.verify import verify
@@ -57,7 +58,8 @@ def parse_tree(spec: str):
     return preset(spec)
 
 
-def drafter_factory(name: str, target: Target, *, draft: Path | None = None, tree: str = "eagle25") -> Callable[[], Drafter]:
+def drafter_factory(name: str, target: Target, *, draft: Path | None = None, tree: str = "eagle25",
+                    sampling: SamplingConfig = SamplingConfig()) -> Callable[[], Drafter]:
     """A function making a fresh drafter per generation: `ar`, `pld`, or a trained draft (`draft` folder)."""
     if name == "ar":
         return NoDrafter
@@ -74,28 +76,31 @@ def drafter_factory(name: str, target: Target, *, draft: Path | None = None, tre
     if model.config.arch != name:
         raise Clover2Error(f"{draft} holds a {model.config.arch} draft, not {name}")
     shape = parse_tree(tree)
-    return lambda: ModelDrafter(model, shape)
+    return lambda: ModelDrafter(model, shape, sampling)
 
 
 def make_method(name: str, target: Target, config: DecodeConfig, *, draft: Path | None = None,
                 tree: str = "eagle25") -> Method:
     """clover2's loop with a drafter (`ar`, `pld`, a draft architecture), or Hugging Face `generate` (`hf`, `hf-pld`)."""
     if name not in ("hf", "hf-pld"):
-        make = drafter_factory(name, target, draft=draft, tree=tree)
+        make = drafter_factory(name, target, draft=draft, tree=tree, sampling=config.sampling)
 
         def run(prompt: list[int]) -> Run:
             g = generate(target, make(), prompt, config)
             return Run(g.output_ids, g.seconds, g.accept_lengths, sum(s.draft_s for s in g.steps))
         return run
     if name in ("hf", "hf-pld"):
+        sp = config.sampling
         gen_config = target.model.generation_config.to_dict() | {
-            "do_sample": False, "max_new_tokens": config.max_new_tokens, "num_beams": 1,
-            "eos_token_id": list(target.eos_token_ids) or None, "temperature": None, "top_p": None, "top_k": None,
+            "do_sample": not sp.greedy, "max_new_tokens": config.max_new_tokens, "num_beams": 1,
+            "eos_token_id": list(target.eos_token_ids) or None, "temperature": sp.temperature or None,
+            "top_p": sp.top_p, "top_k": sp.top_k or None,
             "prompt_lookup_num_tokens": 10 if name == "hf-pld" else None}
 
         def run(prompt: list[int]) -> Run:
             ids = torch.tensor([prompt], device=target.device)
             start = time.perf_counter()
+            torch.manual_seed(sp.seed)  # HF generate samples from the global generator
             with torch.inference_mode():
                 out = target.model.generate(ids, attention_mask=torch.ones_like(ids),
                                             generation_config=transformers.GenerationConfig(**gen_config))

@@ -99,7 +99,10 @@ def _target_args(s):
 
 def _decode_args(s):
     s.add_argument("--max-new-tokens", type=int, default=256)
-    s.add_argument("--temperature", type=float, default=0.0, help="only 0 (greedy) for now")
+    s.add_argument("--temperature", type=float, default=0.0, help="0: greedy; > 0: sampling (lossless)")
+    s.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (1: off)")
+    s.add_argument("--top-k", type=int, default=0, help="sample among the k most likely tokens (0: off)")
+    s.add_argument("--seed", type=int, default=0, help="seed of the sampling generator")
     s.add_argument("--stop", action="append", default=[], help="a stop string (repeatable)")
 
 
@@ -111,10 +114,10 @@ def _load(args):
 
 def _decode_config(args):
     from clover2.decode import DecodeConfig
+    from clover2.sampling import SamplingConfig
 
-    if args.temperature != 0:
-        raise Clover2Error("only --temperature 0 (greedy) is implemented so far")
-    return DecodeConfig(max_new_tokens=args.max_new_tokens, stop_strings=tuple(args.stop))
+    sampling = SamplingConfig(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed)
+    return DecodeConfig(max_new_tokens=args.max_new_tokens, stop_strings=tuple(args.stop), sampling=sampling)
 
 
 def _targets(args):
@@ -141,7 +144,7 @@ def _generate(args):
     if args.method not in ("ar", "pld") and args.draft is None:
         raise Clover2Error(f"--method {args.method} needs --draft PATH (a folder written by `clover2 train`)")
     target = _load(args)
-    make = drafter_factory(args.method, target, draft=args.draft, tree=args.tree)
+    make = drafter_factory(args.method, target, draft=args.draft, tree=args.tree, sampling=config.sampling)
     for record in records:
         result = conversation_json(target, record, run_conversation(target, make, record, config))
         print(json.dumps(result) if args.json else result["text"], flush=True)

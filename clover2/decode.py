@@ -17,7 +17,8 @@ from clover2.cache import commit_path
 from clover2.drafters import Drafter
 from clover2.errors import Clover2Error
 from clover2.target import Target
-from clover2.verify import accept_greedy, verify
+from clover2.sampling import SamplingConfig
+from clover2.verify import accept, verify
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,7 @@ class DecodeConfig:
     max_new_tokens: int = 256  # hard cap on generated tokens (also capped by the context length)
     stop_at_eos: bool = True  # stop after the target's EOS token (kept in the output)
     stop_strings: tuple[str, ...] = ()  # stop once the decoded output contains one of these
+    sampling: SamplingConfig = SamplingConfig()  # temperature 0: greedy; > 0: lossless sampling
 
     def __post_init__(self):
         if self.max_new_tokens <= 0:
@@ -95,7 +97,7 @@ class Stopper:
 
 def speculative_steps(target: Target, drafter: Drafter, prompt_ids: Sequence[int], config: DecodeConfig,
                       *, cache=None) -> Iterator[Step]:
-    """Decode greedily from `prompt_ids`, yielding one `Step` per target forward.
+    """Decode from `prompt_ids` (greedy, or sampling with `config.sampling`), one `Step` per target forward.
 
     Pass `cache` (an empty `DynamicCache`) to inspect it between steps; it holds the committed
     tokens but the last.
@@ -105,6 +107,7 @@ def speculative_steps(target: Target, drafter: Drafter, prompt_ids: Sequence[int
     decode = target.decode if target.tokenizer is not None else None
     stopper = Stopper(config, limit=limit, eos_ids=target.eos_token_ids, decode=decode)
     cache = target.new_cache() if cache is None else cache
+    generator = torch.Generator().manual_seed(config.sampling.seed)  # every sampling decision draws from it
     drafter.begin(prompt, prefill(target, cache, prompt[:-1], hidden=drafter.needs_hidden))
     ids = prompt
     while True:
@@ -113,7 +116,7 @@ def speculative_steps(target: Target, drafter: Drafter, prompt_ids: Sequence[int
         t1 = _clock(target)
         past = cache.get_seq_length()
         out = verify(target, cache, ids[-1], draft, hidden=drafter.needs_hidden)  # 2. verify it
-        accepted = accept_greedy(draft, out.logits[0])  # 3. accept the longest matching path
+        accepted = accept(draft, out.logits[0], config.sampling, generator)  # 3. accept a path
         tokens, stop = stopper.cut(accepted.tokens)
         kept = accepted.path[: len(tokens)]
         commit_path(cache, past, kept)  # 4. commit: keep the KV entries of root + accepted nodes

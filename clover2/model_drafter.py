@@ -10,6 +10,11 @@ then grows the tree depth by depth, one batched draft call per depth:
 - a **dynamic** tree (EAGLE-2's expansion): each depth expands the `top_k` best frontier nodes by
   cumulative draft log-probability, and the `budget` best nodes overall form the tree.
 
+At temperature 0 a node's children are its draft's most likely tokens. At temperature > 0 they are
+drawn from the draft's warped distribution q (the target's temperature, top-k and top-p applied to
+the draft's logits) without replacement, and each node records the distribution its token was drawn
+from, so that verification by recursive rejection sampling keeps the target's distribution exactly.
+
 Node states: Clover's heads >= 1 are one RNN step per node (state = AD1(parent state, E(token)));
 Medusa's heads read the root state only; EAGLE-1 appends one entry per node to its KV cache and
 attends to the node's ancestors through a tree mask, like the target's verification.
@@ -25,6 +30,7 @@ import torch
 from clover2.draft import DraftModel
 from clover2.drafters import Drafter
 from clover2.errors import Clover2Error
+from clover2.sampling import SamplingConfig, draw_without_replacement, warp
 from clover2.tree import NO_DRAFT, Draft, Tree
 
 
@@ -42,18 +48,20 @@ class DynamicTree:
 class ModelDrafter(Drafter):
     needs_hidden = True
 
-    def __init__(self, model: DraftModel, tree: Tree | DynamicTree):
+    def __init__(self, model: DraftModel, tree: Tree | DynamicTree, sampling: SamplingConfig = SamplingConfig()):
         if isinstance(tree, Tree) and tree.ranks is None:
             raise Clover2Error("a static tree for a draft model must be given as rank paths")
         if isinstance(tree, Tree) and tree.max_depth > model.config.num_heads and model.config.arch == "medusa":
             raise Clover2Error(f"tree depth {tree.max_depth} exceeds Medusa's {model.config.num_heads} heads")
-        self.model, self.tree = model, tree
+        self.model, self.tree, self.sampling = model, tree, sampling
         self.device = next(model.parameters()).device
+        self.vocab = model.target_config.vocab_size
 
     # -- sequence state ---------------------------------------------------------------------
 
     def begin(self, prompt_ids: Sequence[int], hidden: torch.Tensor | None) -> None:
         self.cache = self.model.new_cache()
+        self.generator = torch.Generator().manual_seed(self.sampling.seed + 1)  # the draft's own draws
         self.pending_h = hidden if hidden is not None else torch.empty(0, self.model.target_config.hidden_size)
         self.pending_next = list(prompt_ids[1:])
 
@@ -71,50 +79,88 @@ class ModelDrafter(Drafter):
         self.pending_h, self.pending_next = self.pending_h[:0], []
         committed = self.cache.get_seq_length()
         expand = m.expander(root, self.cache)
-        tree, tokens = (self._static(expand) if isinstance(self.tree, Tree) else self._dynamic(expand))
+        tree, tokens, q = self._static(expand) if isinstance(self.tree, Tree) else self._dynamic(expand)
         if self.cache.get_seq_length() > committed:  # EAGLE-1's entries for tree nodes
             self.cache.crop(committed - self.cache.get_seq_length())
-        return Draft(tree, tokens.cpu())
+        return Draft(tree, tokens, q)
 
     # -- tree growth ------------------------------------------------------------------------
 
-    def _static(self, expand) -> tuple[Tree, torch.Tensor]:
+    def _choose(self, logits: torch.Tensor, k: int) -> tuple[list[int], list[torch.Tensor | None], list[float]]:
+        """k children from one node's draft logits: tokens (target ids), their q, their log q."""
+        if self.sampling.greedy:
+            logq = torch.log_softmax(logits, -1)
+            top = logq.topk(k)
+            return self.model.d2t[top.indices].tolist(), [None] * k, top.values.tolist()
+        q = warp(logits, self.sampling).cpu()
+        picks, dists = draw_without_replacement(q, k, self.generator)
+        d2t = self.model.d2t.cpu()
+        full = [torch.zeros(self.vocab).index_copy_(0, d2t, d) for d in dists]
+        return d2t[picks].tolist(), full, [float(q[i].log()) for i in picks]
+
+    def _static(self, expand) -> tuple[Tree, torch.Tensor, torch.Tensor | None]:
         tree = self.tree
-        tokens = torch.zeros(tree.size, dtype=torch.long, device=self.device)
         children: dict[int, list[int]] = {}
         for i in range(1, tree.size):
             children.setdefault(tree.parents[i], []).append(i)
+        parent, token, qs = [-1], [0], []  # the tree actually drafted (sampling can leave nodes out)
+        placed = {0: 0}  # preset node -> drafted node
         for d in range(tree.max_depth):
-            parents = [p for p in range(tree.size) if int(tree.depth[p]) == d and p in children]
-            logits = expand(parents, [tree.parents[p] for p in parents], tokens[parents], d)  # (n, V_draft)
-            k = max(tree.ranks[c] for p in parents for c in children[p]) + 1
-            top = logits.topk(k, dim=-1).indices
-            for row, p in enumerate(parents):
+            rows = [p for p in range(tree.size) if int(tree.depth[p]) == d and p in children and p in placed]
+            if not rows:
+                break
+            nodes = [placed[p] for p in rows]
+            toks = torch.tensor([token[n] for n in nodes], device=self.device)
+            logits = expand(nodes, [parent[n] for n in nodes], toks, d)  # (n, V_draft)
+            k = max(tree.ranks[c] for p in rows for c in children[p]) + 1
+            for row, p in enumerate(rows):
+                picks, dists, _ = self._choose(logits[row], k)
                 for c in children[p]:
-                    tokens[c] = self.model.d2t[top[row, tree.ranks[c]]]
-        return tree, tokens[1:]
+                    if tree.ranks[c] < len(picks):
+                        placed[c] = len(parent)
+                        parent.append(placed[p])
+                        token.append(picks[tree.ranks[c]])
+                        qs.append(dists[tree.ranks[c]])
+        return _draft_parts(parent, token, qs, list(range(1, len(parent))))
 
-    def _dynamic(self, expand) -> tuple[Tree, torch.Tensor]:
+    def _dynamic(self, expand) -> tuple[Tree, torch.Tensor, torch.Tensor | None]:
         spec = self.tree
-        parent, token, score, depth = [-1], [0], [0.0], [0]
+        parent, token, score, depth, qs = [-1], [0], [0.0], [0], [None]
         frontier = [0]
         for d in range(spec.depth):
             toks = torch.tensor([token[i] for i in frontier], device=self.device)
-            logp = torch.log_softmax(expand(frontier, [parent[i] for i in frontier], toks, d), dim=-1)
-            top = logp.topk(spec.top_k, dim=-1)
-            cand = (torch.tensor([score[i] for i in frontier], device=self.device)[:, None] + top.values).flatten()
+            logits = expand(frontier, [parent[i] for i in frontier], toks, d)
+            cand = []  # (cumulative log q, parent, token, q), in draw order per parent
+            for row, node in enumerate(frontier):
+                picks, dists, logq = self._choose(logits[row], spec.top_k)
+                cand += [(score[node] + lq, node, x, qd) for x, qd, lq in zip(picks, dists, logq)]
+            if self.sampling.greedy:  # EAGLE-2: the best candidates across the frontier
+                cand = sorted(cand, key=lambda c: -c[0])[: spec.top_k]
+            else:
+                # A sampled node may not be kept or dropped for its own token: that would bias what
+                # verification sees. Keep every draw (in draw order) up to the budget; choose only
+                # which nodes to expand next by their scores.
+                cand = cand[: max(0, spec.budget - (len(parent) - 1))]
             new = []
-            for flat in cand.topk(min(spec.top_k, cand.numel())).indices.tolist():
-                row, col = divmod(flat, spec.top_k)
-                parent.append(frontier[row])
-                token.append(int(self.model.d2t[top.indices[row, col]]))
-                score.append(float(cand[flat]))
-                depth.append(d + 1)
+            for s, node, x, qd in cand:
+                parent.append(node), token.append(x), score.append(s), depth.append(d + 1), qs.append(qd)
                 new.append(len(parent) - 1)
-            frontier = new
-        # The best `budget` nodes; a child never outscores its parent, so they form a tree.
-        keep = sorted(range(1, len(parent)), key=lambda i: (-score[i], depth[i]))[: spec.budget]
-        keep.sort(key=lambda i: (depth[i], i))
-        index = {0: 0} | {old: k + 1 for k, old in enumerate(keep)}
-        tree = Tree(parents=(-1, *(index[parent[i]] for i in keep)))
-        return tree, torch.tensor([token[i] for i in keep], dtype=torch.long)
+            frontier = sorted(new, key=lambda i: -score[i])[: spec.top_k]
+            if not frontier:
+                break
+        if self.sampling.greedy:  # the best `budget` nodes; a child never outscores its parent
+            keep = sorted(range(1, len(parent)), key=lambda i: (-score[i], depth[i]))[: spec.budget]
+            keep.sort(key=lambda i: (depth[i], i))
+        else:
+            keep = list(range(1, len(parent)))
+        return _draft_parts(parent, token, qs[1:], keep)
+
+
+def _draft_parts(parent: list[int], token: list[int], qs: list, keep: list[int]):
+    """Tree, tokens and q (or None when greedy) of the drafted nodes `keep` (in topological order)."""
+    index = {0: 0} | {old: k + 1 for k, old in enumerate(keep)}
+    tree = Tree(parents=(-1, *(index[parent[i]] for i in keep)))
+    tokens = torch.tensor([token[i] for i in keep], dtype=torch.long)
+    chosen = [qs[i - 1] for i in keep]
+    q = torch.stack(chosen) if chosen and chosen[0] is not None else None
+    return tree, tokens, q

@@ -113,10 +113,15 @@ class Draft:
 
     tree: Tree
     tokens: torch.Tensor  # (N - 1,) int64
+    # (N - 1, V): the distribution each node's token was drawn from, given the siblings drawn before
+    # it (what lossless sampling needs); None for deterministic proposals (a one-hot on each token).
+    q: torch.Tensor | None = None
 
     def __post_init__(self):
         if self.tokens.shape != (self.tree.size - 1,):
             raise ValueError(f"{self.tree.size - 1} draft nodes but tokens of shape {tuple(self.tokens.shape)}")
+        if self.q is not None and self.q.shape[0] != self.tree.size - 1:
+            raise ValueError(f"{self.tree.size - 1} draft nodes but q of shape {tuple(self.q.shape)}")
 
 
 NO_DRAFT = Draft(ROOT_ONLY, torch.empty(0, dtype=torch.long))

@@ -1,10 +1,11 @@
-"""Verification: one target forward over a draft tree, and greedy acceptance of its best path.
+"""Verification: one target forward over a draft tree, and acceptance of a path.
 
 Notation follows the speculative-decoding papers (Leviathan et al. 2023): p is the target,
 q the draft. At temperature 0 the target's choice after node i is argmax p(. | path to i); a
 draft node is accepted when its token equals the target's choice after its parent and its
 parent is accepted. The step commits the deepest accepted node's path plus one *bonus* token,
 the target's own choice after that node, so every step yields at least one token (tau >= 1).
+At temperature > 0, `clover2.sampling.accept_tree` walks the tree by recursive rejection sampling.
 """
 
 from __future__ import annotations
@@ -13,6 +14,9 @@ from dataclasses import dataclass
 
 import torch
 
+import torch.nn.functional as F
+
+from clover2.sampling import SamplingConfig, accept_tree, warp
 from clover2.target import Target, TargetOutput
 from clover2.tree import Draft
 
@@ -48,3 +52,14 @@ def accept_greedy(draft: Draft, logits: torch.Tensor) -> Accepted:
     path = tree.ancestors[best].nonzero().flatten()
     tokens = draft.tokens[path[1:] - 1].tolist() + [int(choice[best])]
     return Accepted(path=path, tokens=tokens)
+
+
+def accept(draft: Draft, logits: torch.Tensor, sampling: SamplingConfig, generator: torch.Generator) -> Accepted:
+    """Greedy acceptance at temperature 0, recursive rejection sampling otherwise. `logits`: `(N, V)`."""
+    if sampling.greedy:
+        return accept_greedy(draft, logits)
+    p = warp(logits, sampling).cpu()  # (N, V) the target's sampling distribution after each node
+    q = draft.q if draft.q is not None else F.one_hot(draft.tokens, p.shape[-1]).float()
+    path, last = accept_tree(draft.tree.parents, draft.tokens, q.cpu(), p, generator)
+    nodes = torch.tensor(path)
+    return Accepted(path=nodes, tokens=draft.tokens[nodes[1:] - 1].tolist() + [last])
