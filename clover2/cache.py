@@ -23,6 +23,3 @@ def commit_path(cache: DynamicCache, past: int, path: torch.Tensor) -> None:
         layer.keys = layer.keys[:, :, :past + keep]
         layer.values = layer.values[:, :, :past + keep]
 
-
-def cache_length(cache: DynamicCache) -> int:
-    return cache.get_seq_length()

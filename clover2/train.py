@@ -44,7 +44,6 @@ class TrainConfig:
     eval_every: int = 100  # steps between held-out evaluations (and checkpoints)
     eval_batches: int = 8  # held-out batches per evaluation
     held_out: float = 0.05  # share of sequences held out
-    draft_vocab_from: str = "train"  # draft vocabulary counted on the training split
     autocast_bf16: bool = False  # bf16 autocast (fast on GPUs and CPUs with native bf16)
     seed: int = 0
 
