@@ -154,7 +154,8 @@ class DraftModel(nn.Module):
         self.register_buffer("d2t", d2t if d2t is not None else torch.arange(V), persistent=True)
         self.lm_head = nn.Linear(H, vocab, bias=False).requires_grad_(False)
         self.embed = nn.Embedding(V, H).requires_grad_(False)
-        self.target_norm = copy.deepcopy(_final_norm_like(text)).requires_grad_(False)
+        norm = _final_norm_like(text)  # built once: each build allocates a throwaway base model
+        self.target_norm = copy.deepcopy(norm).requires_grad_(False)
         c = config
         if c.arch == "medusa":
             self.heads = nn.ModuleList(ResBlock(H) for _ in range(c.num_heads))
@@ -165,7 +166,7 @@ class DraftModel(nn.Module):
             return
         self.ad0 = AttentionDecoder(H, text.num_attention_heads, eps)
         self.ad1 = AttentionDecoder(H, text.num_attention_heads, eps)
-        self.head_norm = copy.deepcopy(_final_norm_like(text))
+        self.head_norm = copy.deepcopy(norm)
         if c.output_projector:
             self.fc0 = _near_identity(nn.Linear(H, H), H)
             self.fc1 = _near_identity(nn.Linear(2 * H, H), H)
