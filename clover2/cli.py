@@ -42,18 +42,26 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true", help="print JSON lines (default: the text only)")
     s.set_defaults(func=_generate)
 
-    s = sub.add_parser("bench", help="methods against plain decoding, interleaved prompt by prompt")
-    _target_args(s)
-    s.add_argument("--prompts", type=Path, help="a prompts JSONL file (or use --tasks)")
-    s.add_argument("--tasks", default="", help="comma-separated built-in tasks (mt_bench, gsm8k, humaneval)")
-    s.add_argument("--n-per-task", type=int, default=10, help="seeded sample size per task")
-    s.add_argument("--methods", default="ar,pld,hf,hf-pld",
-                   help="comma-separated; 'ar' is the reference; a draft as NAME=PATH (e.g. clover2=drafts/clover2)")
-    s.add_argument("--tree", default="eagle25", help="tree for draft methods: a preset (eagle25, medusa63, chainK) "
-                   "or dynamic:BUDGET:DEPTH:TOPK")
-    s.add_argument("--repeats", type=int, default=1)
-    _decode_args(s)
-    s.add_argument("--out", type=Path, required=True, help="folder for runs.csv, summary.csv, env.json")
+    s = sub.add_parser("bench", help="tasks x methods x temperatures against plain decoding, interleaved")
+    s.add_argument("--config", default="cpu", help="profile (configs/NAME.yaml or a path) whose bench section to run")
+    s.add_argument("--target", help="override the profile's target (built-in name, folder or hub id)")
+    s.add_argument("--adapter", type=Path, help="a LoRA adapter folder (peft) to merge into the target")
+    s.add_argument("--dtype", help="override the profile's dtype (auto, float32, bfloat16)")
+    s.add_argument("--device", help="override the profile's device")
+    s.add_argument("--tasks", help="comma-separated tasks (mt_bench, translation, summarization, qa, gsm8k, rag, "
+                   "humaneval) or prompts .jsonl files, e.g. Spec-Bench's question.jsonl")
+    s.add_argument("--prompts", type=Path, help="one prompts JSONL file as the only task")
+    s.add_argument("--n-per-task", type=int, help="seeded sample per task (per category of a .jsonl file)")
+    s.add_argument("--methods", help="comma-separated NAME[@TREE][/TEMPERATURE][=DRAFT_PATH]; 'ar' at each "
+                   "temperature is the reference; TREE: eagle25, medusa63, chainK, dynamic:B:D:K or fitted")
+    s.add_argument("--drafts", type=Path, help="folder with one trained draft per architecture "
+                   "(default: $CLOVER2_CACHE/drafts/<profile>)")
+    s.add_argument("--max-new-tokens", type=int)
+    s.add_argument("--repeats", type=int)
+    s.add_argument("--top-p", type=float, help="for methods at temperature > 0")
+    s.add_argument("--top-k", type=int, help="for methods at temperature > 0")
+    s.add_argument("--seed", type=int)
+    s.add_argument("--out", type=Path, required=True, help="folder for bench.csv, runs.csv, env.json")
     s.set_defaults(func=_bench)
 
     s = sub.add_parser("prepare-data", help="the target answers ShareGPT prompts; store hidden states and top-k")
@@ -151,31 +159,24 @@ def _generate(args):
 
 
 def _bench(args):
-    from clover2.bench import environment, interleaved, make_method, summarize
-    from clover2.files import write_csv, write_json
-    from clover2.prompts import read_prompts
+    from dataclasses import replace
 
-    from clover2.tasks import load_task
+    from clover2.bench import run_bench
+    from clover2.profiles import load_profile
+    from clover2.target import cache_root, load_target
 
-    config = _decode_config(args)
-    records = read_prompts(args.prompts) if args.prompts else []
-    for task in filter(None, args.tasks.split(",")):
-        records += load_task(task.strip(), args.n_per_task)
-    if not records:
-        raise Clover2Error("give --prompts FILE or --tasks NAMES")
-    target = _load(args)
-    methods = {}
-    for spec in filter(None, (m.strip() for m in args.methods.split(","))):
-        name, _, path = spec.partition("=")
-        methods[name] = make_method(name, target, config, draft=Path(path) if path else None, tree=args.tree)
-    prompts = {r.id: target.encode_chat([{"role": "user", "content": r.turns[0]}]) for r in records}  # first turns
-    runs = interleaved(methods, prompts, repeats=args.repeats, categories={r.id: r.category for r in records})
-    summary = summarize(runs)
-    write_csv(args.out / "runs.csv", runs)
-    write_csv(args.out / "summary.csv", summary)
-    write_json(args.out / "env.json", environment(target) | {"max_new_tokens": config.max_new_tokens,
-                                                             "prompts": str(args.prompts), "repeats": args.repeats})
-    print(summary.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+    profile = load_profile(args.config)
+    split = lambda text: tuple(x.strip() for x in text.split(",") if x.strip())  # noqa: E731
+    overrides = {"tasks": split(args.tasks) if args.tasks else (str(args.prompts),) if args.prompts else None,
+                 "methods": split(args.methods) if args.methods else None, "n_per_task": args.n_per_task,
+                 "max_new_tokens": args.max_new_tokens, "repeats": args.repeats, "top_p": args.top_p,
+                 "top_k": args.top_k, "seed": args.seed}
+    config = replace(profile.bench, **{k: v for k, v in overrides.items() if v is not None})
+    target = load_target(args.target or profile.target, dtype=args.dtype or profile.dtype,
+                         device=args.device or profile.device, adapter=args.adapter)
+    drafts = args.drafts or cache_root() / "drafts" / profile.name
+    table = run_bench(target, config, drafts, args.out)
+    print(table.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
 
 
 def _prepare_data(args):

@@ -79,10 +79,10 @@ class ModelDrafter(Drafter):
         self.pending_h, self.pending_next = self.pending_h[:0], []
         committed = self.cache.get_seq_length()
         expand = m.expander(root, self.cache)
-        tree, tokens, q = self._static(expand) if isinstance(self.tree, Tree) else self._dynamic(expand)
+        draft = self._static(expand) if isinstance(self.tree, Tree) else self._dynamic(expand)
         if self.cache.get_seq_length() > committed:  # EAGLE-1's entries for tree nodes
             self.cache.crop(committed - self.cache.get_seq_length())
-        return Draft(tree, tokens, q)
+        return draft
 
     # -- tree growth ------------------------------------------------------------------------
 
@@ -98,12 +98,12 @@ class ModelDrafter(Drafter):
         full = [torch.zeros(self.vocab).index_copy_(0, d2t, d) for d in dists]
         return d2t[picks].tolist(), full, [float(q[i].log()) for i in picks]
 
-    def _static(self, expand) -> tuple[Tree, torch.Tensor, torch.Tensor | None]:
+    def _static(self, expand) -> Draft:
         tree = self.tree
         children: dict[int, list[int]] = {}
         for i in range(1, tree.size):
             children.setdefault(tree.parents[i], []).append(i)
-        parent, token, qs = [-1], [0], []  # the tree actually drafted (sampling can leave nodes out)
+        parent, token, qs, score = [-1], [0], [], [0.0]  # the tree actually drafted (sampling can leave nodes out)
         placed = {0: 0}  # preset node -> drafted node
         for d in range(tree.max_depth):
             rows = [p for p in range(tree.size) if int(tree.depth[p]) == d and p in children and p in placed]
@@ -114,16 +114,17 @@ class ModelDrafter(Drafter):
             logits = expand(nodes, [parent[n] for n in nodes], toks, d)  # (n, V_draft)
             k = max(tree.ranks[c] for p in rows for c in children[p]) + 1
             for row, p in enumerate(rows):
-                picks, dists, _ = self._choose(logits[row], k)
+                picks, dists, logq = self._choose(logits[row], k)
                 for c in children[p]:
                     if tree.ranks[c] < len(picks):
                         placed[c] = len(parent)
                         parent.append(placed[p])
                         token.append(picks[tree.ranks[c]])
                         qs.append(dists[tree.ranks[c]])
-        return _draft_parts(parent, token, qs, list(range(1, len(parent))))
+                        score.append(score[placed[p]] + logq[tree.ranks[c]])
+        return _draft_parts(parent, token, qs, score, list(range(1, len(parent))))
 
-    def _dynamic(self, expand) -> tuple[Tree, torch.Tensor, torch.Tensor | None]:
+    def _dynamic(self, expand) -> Draft:
         spec = self.tree
         parent, token, score, depth, qs = [-1], [0], [0.0], [0], [None]
         frontier = [0]
@@ -153,14 +154,14 @@ class ModelDrafter(Drafter):
             keep.sort(key=lambda i: (depth[i], i))
         else:
             keep = list(range(1, len(parent)))
-        return _draft_parts(parent, token, qs[1:], keep)
+        return _draft_parts(parent, token, qs[1:], score, keep)
 
 
-def _draft_parts(parent: list[int], token: list[int], qs: list, keep: list[int]):
-    """Tree, tokens and q (or None when greedy) of the drafted nodes `keep` (in topological order)."""
+def _draft_parts(parent: list[int], token: list[int], qs: list, score: list[float], keep: list[int]) -> Draft:
+    """The draft of nodes `keep` (in topological order): tree, tokens, q (None when greedy), scores."""
     index = {0: 0} | {old: k + 1 for k, old in enumerate(keep)}
     tree = Tree(parents=(-1, *(index[parent[i]] for i in keep)))
     tokens = torch.tensor([token[i] for i in keep], dtype=torch.long)
     chosen = [qs[i - 1] for i in keep]
     q = torch.stack(chosen) if chosen and chosen[0] is not None else None
-    return tree, tokens, q
+    return Draft(tree, tokens, q, torch.tensor([score[i] for i in keep]))

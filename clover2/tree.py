@@ -116,6 +116,9 @@ class Draft:
     # (N - 1, V): the distribution each node's token was drawn from, given the siblings drawn before
     # it (what lossless sampling needs); None for deterministic proposals (a one-hot on each token).
     q: torch.Tensor | None = None
+    # (N - 1,): each node's cumulative draft log-probability along its path, where the drafter has
+    # one (model drafts); what fitting a tree to the hardware ranks nodes by.
+    scores: torch.Tensor | None = None
 
     def __post_init__(self):
         if self.tokens.shape != (self.tree.size - 1,):

@@ -20,6 +20,9 @@ class CharTokenizer:
     def decode(self, ids, skip_special_tokens=True):
         return "".join(chr(33 + i % 90) for i in ids)
 
+    def __call__(self, text, add_special_tokens=True):
+        return {"input_ids": [(ord(c) - 33) % 90 for c in text]}
+
 
 def _config(family: str, vocab: int = VOCAB):
     common = dict(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,

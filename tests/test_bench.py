@@ -1,13 +1,23 @@
-"""The side-by-side benchmark and the cost curve, on a tiny model (no timing assertions)."""
+"""The side-by-side benchmark, the cost curve and the configured bench run, on tiny models
+(no timing assertions: only what must hold on any machine)."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
+import pandas as pd
 import pytest
 
-from clover2.bench import cost_curve, environment, interleaved, make_method, summarize
+from clover2.bench import (BenchConfig, cost_curve, environment, interleaved, make_method, parse_method,
+                           run_bench, summarize)
+from clover2.checkpoint import save_draft
 from clover2.decode import DecodeConfig
+from clover2.draft import DraftConfig, DraftModel
 from clover2.errors import Clover2Error
+from clover2.fit import FitConfig
+from clover2.sampling import SamplingConfig
+from clover2.tasks import load_task
 
 from conftest import tiny_target
 
@@ -16,33 +26,59 @@ from conftest import tiny_target
 def runs():
     t = tiny_target("llama")
     cfg = DecodeConfig(max_new_tokens=12)
-    methods = {m: make_method(m, t, cfg) for m in ("ar", "pld", "hf")}
+    hot = DecodeConfig(max_new_tokens=12, sampling=SamplingConfig(temperature=1.0))
+    methods = [make_method(m, t, cfg) for m in ("ar", "pld", "hf")] + [make_method(m, t, hot) for m in ("ar", "pld")]
     prompts = {"a": [1, 2, 3, 1, 2, 3, 1, 2], "b": [5, 9, 7], "c": [4] * 10}
     return interleaved(methods, prompts, repeats=2, categories={"a": "x", "b": "x", "c": "y"})
 
 
 def test_every_method_runs_every_prompt_and_repeat(runs):
-    assert len(runs) == 3 * 3 * 2
-    assert set(runs.method) == {"ar", "pld", "hf"}
-    assert runs.identical.all()  # fp32: all three produce the same tokens
-    assert (runs[runs.method == "ar"].speedup == 1).all()
+    assert len(runs) == 5 * 3 * 2
+    assert set(zip(runs.method, runs.temperature)) == {("ar", 0), ("pld", 0), ("hf", 0), ("ar", 1), ("pld", 1)}
+    greedy = runs[runs.temperature == 0]
+    assert (greedy.identical == 1).all()  # fp32: all three produce the same tokens
+    assert runs[runs.temperature == 1].identical.isna().all()  # sampled runs are not compared token by token
+    assert (runs[runs.method == "ar"].speedup == 1).all()  # each temperature against its own plain decoding
 
 
-def test_summary_has_overall_and_per_category_rows_with_intervals(runs):
+def test_summary_has_overall_and_per_task_rows_with_intervals(runs):
     s = summarize(runs)
-    assert set(zip(s.method, s.category)) == {(m, c) for m in ("ar", "pld", "hf") for c in ("overall", "x", "y")}
+    keys = set(zip(s.method, s.temperature, s.task))
+    assert keys == {(m, t, c) for m, t in [("ar", 0), ("pld", 0), ("hf", 0), ("ar", 1), ("pld", 1)]
+                    for c in ("overall", "x", "y")}
+    assert {"method", "task", "temperature", "tau", "tokens_per_s", "speedup", "speedup_lo", "speedup_hi",
+            "identical_frac", "n_prompts"} <= set(s.columns)
     assert (s.speedup_lo <= s.speedup).all() and (s.speedup <= s.speedup_hi).all()
-    ar = s[(s.method == "ar") & (s.category == "overall")].iloc[0]
-    assert ar.tau == 1 and ar.speedup == 1 and ar.identical_frac == 1
+    ar = s[(s.method == "ar") & (s.task == "overall") & (s.temperature == 0)].iloc[0]
+    assert ar.tau == 1 and ar.tau_minus_1 == 0 and ar.speedup == 1 and ar.identical_frac == 1 and ar.n_prompts == 3
     assert np.isnan(s[s.method == "hf"].tau).all()  # HF generate reports no steps
 
 
-def test_unknown_method_and_missing_reference():
+def test_unknown_method_duplicate_and_missing_reference():
     t = tiny_target("llama")
     with pytest.raises(Clover2Error, match="unknown method"):
         make_method("medusa9", t, DecodeConfig())
     with pytest.raises(Clover2Error, match="reference"):
-        interleaved({"pld": make_method("pld", t, DecodeConfig(max_new_tokens=2))}, {"a": [1, 2]})
+        interleaved([make_method("pld", t, DecodeConfig(max_new_tokens=2))], {"a": [1, 2]})
+    hot = DecodeConfig(max_new_tokens=2, sampling=SamplingConfig(temperature=1.0))
+    with pytest.raises(Clover2Error, match="temperature 1.0"):
+        interleaved([make_method("ar", t, DecodeConfig(max_new_tokens=2)), make_method("pld", t, hot)], {"a": [1, 2]})
+
+
+@pytest.mark.parametrize("spec, parsed", [
+    ("ar", ("ar", "", 0.0, None)),
+    ("clover2", ("clover2", "eagle25", 0.0, None)),
+    ("eagle1@dynamic:60:6:10/1", ("eagle1", "dynamic:60:6:10", 1.0, None)),
+    ("clover2@fitted/0.7=some/dir", ("clover2", "fitted", 0.7, "some/dir"))])
+def test_method_specs(spec, parsed):
+    name, tree, temperature, path = parse_method(spec)
+    assert (name, tree, temperature, str(path) if path else None) == parsed
+
+
+@pytest.mark.parametrize("spec", ["hydra", "pld@eagle25", "ar/hot"])
+def test_bad_method_specs_are_refused(spec):
+    with pytest.raises(Clover2Error):
+        parse_method(spec)
 
 
 def test_cost_curve_is_relative_to_one_token():
@@ -55,3 +91,53 @@ def test_environment_records_versions_dtype_and_commit():
     env = environment(tiny_target("llama"))
     assert {"cpu", "torch", "transformers", "dtype", "commit", "torch_threads"} <= set(env)
     assert env["dtype"] == "float32"
+
+
+def _spec_bench_file(path):
+    """A Spec-Bench-format question file: {"question_id", "category", "turns"} per line."""
+    rows = [{"question_id": i, "category": c, "turns": [text * (1 + i % 3)]}
+            for i, (c, text) in enumerate([("translation", "abcabc"), ("translation", "xyz"), ("qa", "hello"),
+                                           ("qa", "what is it"), ("rag", "aabbaabb"), ("rag", "q q q")])]
+    path.write_text("\n".join(map(json.dumps, rows)) + "\n")
+    return path
+
+
+def test_spec_bench_file_is_sampled_per_category_and_bad_tasks_are_refused(tmp_path):
+    records = load_task(str(_spec_bench_file(tmp_path / "question.jsonl")), n=1)
+    assert [r.category for r in records] == ["translation", "qa", "rag"]
+    with pytest.raises(Clover2Error, match="unknown task"):
+        load_task("wmt14")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"question_id": 1, "category": "qa"}\n')
+    with pytest.raises(Clover2Error, match="line 1"):
+        load_task(str(bad))
+
+
+def test_configured_bench_with_a_fitted_tree_writes_the_table(tmp_path):
+    """The whole `clover2 bench --config` path on a tiny target: tasks from a Spec-Bench file, a draft
+    with static, dynamic and fitted trees, greedy and sampled; greedy drafts stay token-identical."""
+    t = tiny_target("llama")
+    cfg = DraftConfig.for_arch("clover2", num_heads=3)
+    save_draft(tmp_path / "drafts" / "clover2", DraftModel.from_target(cfg, t), t, cfg, extra={})
+    config = BenchConfig(tasks=(str(_spec_bench_file(tmp_path / "question.jsonl")),), n_per_task=1,
+                         max_new_tokens=10, methods=("ar", "pld", "clover2@eagle25", "clover2@dynamic:8:3:3",
+                                                     "clover2@fitted", "ar/1", "clover2@eagle25/1"),
+                         fit=FitConfig(max_depth=3, top_k=3, prompts=2, max_new_tokens=8))
+    table = run_bench(t, config, tmp_path / "drafts", tmp_path / "out")
+    disk = pd.read_csv(tmp_path / "out" / "bench.csv")
+    assert len(disk) == len(table) == 7 * 4  # 7 methods x (3 tasks + overall)
+    greedy = disk[disk.temperature == 0]
+    assert (greedy.identical_frac == 1).all()
+    env = json.loads((tmp_path / "out" / "env.json").read_text())
+    fitted = env["fitted_trees"]["clover2"]
+    assert 1 <= fitted["budget"] <= 9 and 1 <= fitted["depth"] <= 3
+    fit = pd.read_csv(tmp_path / "out" / "fit_clover2.csv")
+    assert fit.predicted_speedup.max() == pytest.approx(fitted["predicted_speedup"])
+    assert (tmp_path / "out" / "cost_curve.csv").exists() and (tmp_path / "out" / "runs.csv").exists()
+
+
+def test_missing_draft_fails_before_anything_runs(tmp_path):
+    config = BenchConfig(tasks=("qa",), methods=("ar", "eagle1@eagle25"))
+    with pytest.raises(Clover2Error, match="draft"):
+        run_bench(tiny_target("llama"), config, tmp_path / "nothing", tmp_path / "out")
+    assert not (tmp_path / "out").exists()

@@ -1,0 +1,133 @@
+"""A draft model taken apart on the live target: its parameters, one traced decoding step, and what
+each of its components costs per step (what the architecture notebook shows)."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Sequence
+
+import matplotlib.pyplot as plt
+import pandas as pd
+import torch
+
+from clover2.checkpoint import BORROWED
+from clover2.decode import DecodeConfig, prefill, speculative_steps
+from clover2.draft import DraftModel
+from clover2.fit import _Recording
+from clover2.model_drafter import ModelDrafter
+from clover2.target import Target
+from clover2.tree import EAGLE_25, Tree
+
+
+def parameter_table(model: DraftModel, target: Target) -> pd.DataFrame:
+    """Parameters per top-level component, whether they are trained, and their size against the target."""
+    total = sum(p.numel() for p in target.model.parameters())
+    rows = []
+    for name, module in model.named_children():
+        n = sum(p.numel() for p in module.parameters())
+        if n:
+            rows.append({"component": name, "parameters": n, "trained": f"{name}." not in BORROWED,
+                         "share_of_target": n / total})
+    return pd.DataFrame(rows)
+
+
+def trace_step(target: Target, model: DraftModel, prompt_ids: Sequence[int], *, tree: Tree = EAGLE_25,
+               step: int = 8) -> dict:
+    """Decode greedily up to step `step` and return that step's draft tree, the tokens of its nodes,
+    and which nodes the target accepted."""
+    recorder = _Recording(ModelDrafter(model, tree))
+    with torch.inference_mode():
+        for k, s in enumerate(speculative_steps(target, recorder, prompt_ids, DecodeConfig(max_new_tokens=4 * step))):
+            if k == step or s.stop:
+                break
+    draft = recorder.drafts[-1]
+    accepted = [0]  # walk down the tree along the committed tokens (the last one is the bonus)
+    for token in s.tokens[:-1]:
+        child = [c for c in range(1, draft.tree.size)
+                 if draft.tree.parents[c] == accepted[-1] and int(draft.tokens[c - 1]) == token]
+        accepted.append(child[0])
+    return {"parents": draft.tree.parents, "tokens": [target.decode([int(t)]) for t in draft.tokens],
+            "accepted": accepted, "committed": target.decode(s.tokens)}
+
+
+def draw_tree(trace: dict, ax=None):
+    """The traced tree, depth left to right; accepted nodes filled."""
+    parents = trace["parents"]
+    n = len(parents)
+    depth = [0] * n
+    for i in range(1, n):
+        depth[i] = depth[parents[i]] + 1
+    kids = {i: [c for c in range(n) if parents[c] == i] for i in range(n)}
+    y: dict[int, float] = {}
+    for i in (i for i in range(n) if not kids[i]):  # leaves on consecutive rows, in tree order
+        y[i] = float(len(y))
+    for i in reversed(range(n)):  # a parent sits at the mean height of its children
+        if kids[i]:
+            y[i] = sum(y[c] for c in kids[i]) / len(kids[i])
+    ax = ax or plt.gca()
+    labels = ["root", *trace["tokens"]]
+    for i in range(1, len(parents)):
+        ax.plot([depth[parents[i]], depth[i]], [y[parents[i]], y[i]], color="0.6", lw=1, zorder=1)
+    for i in range(len(parents)):
+        ok = i in trace["accepted"]
+        ax.scatter(depth[i], y[i], s=220, color="tab:green" if ok else "white", edgecolor="black", zorder=2)
+        ax.annotate(repr(labels[i]).strip("'") if i else "root", (depth[i], y[i]), xytext=(8, 0),
+                    textcoords="offset points", va="center", fontsize=8)
+    ax.set_xlabel("depth (tokens ahead of the root)")
+    ax.set_yticks([])
+    ax.set_title(f"one step: {len(trace['accepted']) - 1} draft tokens accepted (green), committed {trace['committed']!r}")
+    return ax
+
+
+def component_costs(target: Target, model: DraftModel, prompt_ids: Sequence[int], *, width: int = 4,
+                    repeats: int = 15) -> pd.DataFrame:
+    """Median milliseconds per call of the target's decode step and of the draft's parts, with the
+    draft's per-step total for the 25-node tree as a share of one target step."""
+    prompt = list(prompt_ids)
+
+    def timed(fn) -> float:
+        times = []
+        for _ in range(repeats + 1):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+        return 1e3 * statistics.median(times[1:])
+
+    rows = []
+    with torch.inference_mode():
+        tcache = target.new_cache()
+        hidden = prefill(target, tcache, prompt[:-1], hidden=True)
+        one = torch.tensor([[prompt[-1]]], device=target.device)
+        pos = torch.tensor([[len(prompt) - 1]], device=target.device)
+        mask = torch.zeros(1, 1, 1, len(prompt), dtype=target.dtype, device=target.device)
+
+        def target_step():
+            target.forward(one, pos, mask, tcache, hidden=True)
+            tcache.crop(-1)
+        rows.append({"part": "target: one decode step", "ms": timed(target_step)})
+        h = hidden.float()[None]
+        nxt = torch.tensor(prompt[1:], device=target.device)[None]
+        dcache = model.new_cache()
+        root = model.advance(h[:, :-1], nxt[:, :-1], dcache)
+
+        def trunk():
+            model.advance(h[:, -1:], nxt[:, -1:], dcache)
+            if dcache.get_seq_length():
+                dcache.crop(-1)
+        rows.append({"part": "draft: trunk over one new position", "ms": timed(trunk)})
+        expand = model.expander(root, dcache)
+        rows.append({"part": "draft: depth 0 (root head)", "ms": timed(lambda: expand([0], [-1], one[0], 0))})
+        committed = dcache.get_seq_length()
+
+        def deeper():  # `width` children of the root, one batched call (EAGLE-1 adds KV entries: dropped)
+            model.expander(root, dcache)(list(range(1, width + 1)), [0] * width, one[0].repeat(width), 1)
+            if dcache.get_seq_length() > committed:
+                dcache.crop(committed - dcache.get_seq_length())
+        rows.append({"part": f"draft: one deeper depth ({width} nodes)", "ms": timed(deeper)})
+        o = torch.zeros(width, model.lm_head.in_features, device=target.device, dtype=model.lm_head.weight.dtype)
+        rows.append({"part": f"draft: LM head alone ({len(model.d2t)} tokens x {width} rows)",
+                     "ms": timed(lambda: model.logits(o))})
+    df = pd.DataFrame(rows)
+    df["share_of_target_step"] = df.ms / df.ms.iloc[0]
+    return df

@@ -1,0 +1,123 @@
+"""Trees fitted to the hardware: the dynamic tree's node budget and depth that maximize expected
+tokens per second on the running machine.
+
+Verification costs more as the tree grows, and how much depends on the machine (on a 2-core CPU
+64 tokens cost ~3.5x one step; on a GPU they cost ~1x). EAGLE-2's `total_token=-1` picks a budget
+from timing alone, with a fixed guess of how many nodes get accepted. Here both sides are measured:
+
+1. **Cost**: the target's cost curve t(N) (one forward of N new tokens) and the draft's time per
+   step at depth 1 and at the deepest depth (linear in between), both on this machine now.
+2. **Acceptance**: one calibration run per draft with the largest dynamic tree (every candidate kept)
+   on prompts the benchmark does not use. In greedy decoding a node is accepted exactly when its
+   path equals the target's own continuation, and the dynamic tree of budget B and depth D is the
+   B best nodes (by cumulative draft log-probability) of depth <= D among those candidates. So the
+   tokens per step of every (B, D) follow from that one run: tau(B, D) = 1 + mean over steps of the
+   accepted nodes among the B best. (Counterfactual per step: later steps would start elsewhere.)
+
+The chosen tree maximizes predicted speedup tau(B, D) * t(1) / (t(B + 1) + draft(D)).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import torch
+from tqdm.auto import tqdm
+
+from clover2.decode import DecodeConfig, generate
+from clover2.draft import DraftModel
+from clover2.drafters import Drafter
+from clover2.errors import Clover2Error
+from clover2.model_drafter import DynamicTree, ModelDrafter
+from clover2.target import Target
+from clover2.tree import Draft
+
+
+@dataclass(frozen=True)
+class FitConfig:
+    max_depth: int = 6  # deepest tree considered
+    top_k: int = 8  # children per expanded node and nodes expanded per depth (as DynamicTree)
+    prompts: int = 6  # calibration prompts
+    max_new_tokens: int = 64  # per calibration prompt
+
+    def __post_init__(self):
+        if min(self.max_depth, self.top_k, self.prompts, self.max_new_tokens) < 1:
+            raise Clover2Error(f"fit config: every field must be >= 1: {self}")
+
+
+class _Recording(Drafter):
+    """Passes a drafter through, keeping every draft it proposes."""
+
+    def __init__(self, inner: Drafter):
+        self.inner, self.needs_hidden, self.drafts = inner, inner.needs_hidden, []
+
+    def begin(self, prompt_ids, hidden):
+        self.inner.begin(prompt_ids, hidden)
+
+    def propose(self, ids) -> Draft:
+        draft = self.inner.propose(ids)
+        self.drafts.append(draft)
+        return draft
+
+    def observe(self, new_ids, hidden):
+        self.inner.observe(new_ids, hidden)
+
+
+def calibrate(target: Target, model: DraftModel, prompts: Sequence[list[int]], config: FitConfig) -> dict:
+    """Acceptance of every candidate node, and the draft's time per step at depth 1 and max depth."""
+    big = DynamicTree(budget=config.max_depth * config.top_k, depth=config.max_depth, top_k=config.top_k)
+    decode = DecodeConfig(max_new_tokens=config.max_new_tokens)
+    nodes, draft_s = [], {1: [], config.max_depth: []}
+    for p, prompt in enumerate(tqdm(prompts, desc="calibrating tree", unit="prompt")):
+        for depth in draft_s:
+            shape = big if depth == config.max_depth else DynamicTree(budget=config.top_k, depth=1, top_k=config.top_k)
+            recorder = _Recording(ModelDrafter(model, shape))
+            gen = generate(target, recorder, prompt, decode)
+            draft_s[depth] += [s.draft_s for s in gen.steps]
+            if depth == config.max_depth:
+                nodes += _node_outcomes(p, recorder.drafts, gen.output_ids, [len(s.tokens) for s in gen.steps])
+    return {"nodes": pd.DataFrame(nodes), "draft_s": {d: float(np.median(v)) for d, v in draft_s.items()}}
+
+
+def _node_outcomes(prompt: int, drafts: list[Draft], output: list[int], committed: list[int]) -> list[dict]:
+    """Per draft node: its step, depth, score, and whether its path is the target's continuation."""
+    rows, pos = [], 0
+    for step, (draft, n) in enumerate(zip(drafts, committed)):
+        truth = output[pos:]
+        pos += n
+        for i in range(1, draft.tree.size):
+            path = draft.tree.ancestors[i].nonzero().flatten().tolist()  # root .. i (topological order)
+            tokens = [int(draft.tokens[j - 1]) for j in path[1:]]
+            rows.append({"prompt": prompt, "step": step, "depth": len(tokens),
+                         "score": float(draft.scores[i - 1]), "accepted": tokens == truth[:len(tokens)]})
+    return rows
+
+
+def fit_tree(calibration: dict, curve: pd.DataFrame, config: FitConfig) -> tuple[DynamicTree, pd.DataFrame]:
+    """The (budget, depth) with the highest predicted speedup, and the whole prediction table."""
+    nodes = calibration["nodes"]
+    if nodes.empty:
+        raise Clover2Error("calibration drafted no nodes: the prompts were too short")
+    steps = nodes.groupby(["prompt", "step"]).ngroups
+    sizes, ms = curve.n_tokens.to_numpy(), curve.median_ms.to_numpy()
+    t1 = float(np.interp(1, sizes, ms)) / 1e3
+    d1, dmax = calibration["draft_s"][1], calibration["draft_s"][config.max_depth]
+    rows = []
+    for depth in range(1, config.max_depth + 1):
+        ranked = nodes[nodes.depth <= depth].sort_values(["prompt", "step", "score", "depth"],
+                                                         ascending=[True, True, False, True])
+        ranked = ranked.assign(rank=ranked.groupby(["prompt", "step"]).cumcount() + 1)
+        draft = d1 + (dmax - d1) * (depth - 1) / max(1, config.max_depth - 1)
+        for budget in range(1, int(ranked["rank"].max()) + 1):
+            if budget + 1 > sizes.max():
+                break
+            tau = 1 + ranked[ranked["rank"] <= budget].accepted.sum() / steps
+            step_s = float(np.interp(budget + 1, sizes, ms)) / 1e3 + draft
+            rows.append({"budget": budget, "depth": depth, "tau": tau, "verify_ms": 1e3 * (step_s - draft),
+                         "draft_ms": 1e3 * draft, "predicted_speedup": tau * t1 / step_s})
+    table = pd.DataFrame(rows)
+    best = table.loc[table.predicted_speedup.idxmax()]
+    return DynamicTree(budget=int(best.budget), depth=int(best.depth), top_k=config.top_k), table
