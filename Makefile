@@ -8,11 +8,8 @@ STAMP   := $(VENV)/.installed
 PROFILE ?= cpu
 TARGET  ?= smollm2-135m-instruct
 OUT     := results/$(PROFILE)/foundation
-CACHE   := $(or $(CLOVER2_CACHE),$(HOME)/.cache/clover2)
-DRAFTS  := $(CACHE)/drafts/$(PROFILE)
-ARCHS   := clover2 eagle1 medusa clover1
 
-.PHONY: install target test reproduce bench cost-curve data drafts bench-drafts clean
+.PHONY: install target test reproduce notebooks book book-check lab foundation clean
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -27,38 +24,40 @@ install: $(STAMP)
 target: install
 	$(BIN)/clover2 prepare-target --target $(TARGET)
 
+# The unit tests, then every notebook under nbmake on the `smoke` profile (the notebooks' default).
 test: install
 	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --nbmake notebooks
 
-# The main job. For now: plain decoding vs prompt lookup vs Hugging Face generate, measured side by
-# side in fp32 (the fast and exact path on CPUs without native bf16) and in bf16, plus the target's
-# verification cost curve in both dtypes. Later stages add the notebooks and the book.
-reproduce: target bench cost-curve drafts bench-drafts
+# The research: every notebook executed by papermill on $(PROFILE) (data, drafts, ablations, the
+# benchmark, figures; cached and resumable), then the book from the executed notebooks.
+reproduce: target notebooks book book-check
 
-# Self-distilled data (resumable) and one draft per architecture, same data and time budget.
-data: target
-	$(BIN)/clover2 prepare-data --config $(PROFILE)
+notebooks: install
+	$(BIN)/clover2 notebooks --profile $(PROFILE)
 
-drafts: data
-	for arch in $(ARCHS); do \
-		$(BIN)/clover2 train --config $(PROFILE) --arch $$arch || exit 1; \
-		mkdir -p results/$(PROFILE)/drafts/$$arch; \
-		cp $(DRAFTS)/$$arch/draft.json $(DRAFTS)/$$arch/metrics.jsonl results/$(PROFILE)/drafts/$$arch/; \
-	done
+# The book from what is in results/ (no notebook is executed); warnings are errors.
+book: install
+	rm -rf _build/html
+	$(BIN)/jupyter-book build -W -n --keep-going .
+	@echo "book: _build/html/index.html"
 
-# Every draft against plain decoding on held-out MT-Bench, GSM8K and HumanEval prompts, static 25-node tree.
-bench-drafts: install
-	$(BIN)/clover2 bench --target $(TARGET) --dtype float32 --tasks mt_bench,gsm8k,humaneval --n-per-task 10 \
-		--methods ar,$(shell echo $(ARCHS) | sed 's|\([a-z0-9]*\)|\1=$(DRAFTS)/\1|g; s| |,|g') \
-		--tree eagle25 --max-new-tokens 128 --out results/$(PROFILE)/drafts
+# The figures of the built book exist, and a headless Chromium screenshot shows them rendered.
+book-check: install
+	command -v chromium >/dev/null || (command -v apt-get >/dev/null && apt-get install -y -q chromium >/dev/null) || true
+	$(BIN)/python tests/book_check.py
 
-bench: install
-	$(BIN)/clover2 bench --target $(TARGET) --dtype float32 --prompts configs/prompts/foundation.jsonl \
+# JupyterLab on the notebooks, inside the same environment.
+lab: install
+	$(BIN)/jupyter lab --notebook-dir=notebooks
+
+# The foundation measurements: plain decoding vs prompt lookup vs Hugging Face generate, fp32 and
+# bf16, and the target's verification cost curve in both dtypes.
+foundation: install
+	$(BIN)/clover2 bench --config $(PROFILE) --dtype float32 --prompts configs/prompts/foundation.jsonl \
 		--methods ar,pld,hf,hf-pld --max-new-tokens 128 --repeats 3 --out $(OUT)/float32
-	$(BIN)/clover2 bench --target $(TARGET) --dtype bfloat16 --prompts configs/prompts/foundation.jsonl \
+	$(BIN)/clover2 bench --config $(PROFILE) --dtype bfloat16 --prompts configs/prompts/foundation.jsonl \
 		--methods ar,pld,hf,hf-pld --max-new-tokens 128 --repeats 2 --out $(OUT)/bfloat16
-
-cost-curve: install
 	$(BIN)/clover2 cost-curve --target $(TARGET) --dtype float32 --out $(OUT)/float32
 	$(BIN)/clover2 cost-curve --target $(TARGET) --dtype bfloat16 --out $(OUT)/bfloat16
 

@@ -128,6 +128,14 @@ def component_costs(target: Target, model: DraftModel, prompt_ids: Sequence[int]
         o = torch.zeros(width, model.lm_head.in_features, device=target.device, dtype=model.lm_head.weight.dtype)
         rows.append({"part": f"draft: LM head alone ({len(model.d2t)} tokens x {width} rows)",
                      "ms": timed(lambda: model.logits(o))})
+        drafter = ModelDrafter(model, EAGLE_25)
+        drafter.begin(prompt[:-1], hidden[:-1])
+        drafter.propose(prompt[:-1])  # the trunk catches up with the prompt once
+
+        def whole_step():  # what one decoding step asks of the draft: observe 1 token, propose the tree
+            drafter.observe([prompt[-1]], hidden[-1:])
+            drafter.propose(prompt)
+        rows.append({"part": "draft: one whole step, 25-node tree (what decoding pays)", "ms": timed(whole_step)})
     df = pd.DataFrame(rows)
     df["share_of_target_step"] = df.ms / df.ms.iloc[0]
     return df

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import platform
+import resource
 import statistics
 import subprocess
 import time
@@ -334,5 +335,5 @@ def run_bench(target: Target, config: BenchConfig, drafts: Path | None, out: Pat
     table = summarize(runs, seed=config.seed)
     write_csv(out / "runs.csv", runs)
     write_csv(out / "bench.csv", table)
-    write_json(out / "env.json", env)
+    write_json(out / "env.json", env | {"peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024})
     return table

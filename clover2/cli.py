@@ -1,4 +1,4 @@
-"""`clover2` command line: targets, prepare-target, prepare-data, train, generate, bench, cost-curve."""
+"""`clover2` command line: targets, prepare-target, prepare-data, train, generate, bench, notebooks, cost-curve."""
 
 from __future__ import annotations
 
@@ -80,6 +80,13 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--max-minutes", type=float, help="override the profile's training time budget")
     s.add_argument("--max-steps", type=int, help="override the profile's step budget")
     s.set_defaults(func=_train)
+
+    s = sub.add_parser("notebooks", help="execute the notebooks with papermill into results/<profile>/notebooks")
+    s.add_argument("--profile", default="cpu", help="profile passed to every notebook (configs/NAME.yaml)")
+    s.add_argument("--only", action="append", help="run only this notebook (repeatable), e.g. 04_speedup")
+    s.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
+                   help="an extra notebook parameter (YAML value), e.g. -p target /models/vicuna-7b")
+    s.set_defaults(func=_notebooks)
 
     s = sub.add_parser("cost-curve", help="target forward time for N new tokens over a cached prefix")
     _target_args(s)
@@ -226,6 +233,16 @@ def _parse_setting(text: str) -> tuple[str, object]:
     import yaml
 
     return key.strip(), yaml.safe_load(value)
+
+
+def _notebooks(args):
+    import yaml
+
+    from clover2.reproduce import run_notebooks
+
+    parameters = {k: yaml.safe_load(v) for k, v in args.parameter}
+    for path in run_notebooks(args.profile, only=args.only, parameters=parameters):
+        print(path)
 
 
 def _cost_curve(args):

@@ -51,8 +51,9 @@ class ModelDrafter(Drafter):
     def __init__(self, model: DraftModel, tree: Tree | DynamicTree, sampling: SamplingConfig = SamplingConfig()):
         if isinstance(tree, Tree) and tree.ranks is None:
             raise Clover2Error("a static tree for a draft model must be given as rank paths")
-        if isinstance(tree, Tree) and tree.max_depth > model.config.num_heads and model.config.arch == "medusa":
-            raise Clover2Error(f"tree depth {tree.max_depth} exceeds Medusa's {model.config.num_heads} heads")
+        depth = tree.max_depth if isinstance(tree, Tree) else tree.depth
+        if depth > model.config.num_heads and model.config.arch == "medusa":
+            raise Clover2Error(f"tree depth {depth} exceeds Medusa's {model.config.num_heads} heads")
         self.model, self.tree, self.sampling = model, tree, sampling
         self.device = next(model.parameters()).device
         self.vocab = model.target_config.vocab_size

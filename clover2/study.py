@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import pandas as pd
@@ -95,8 +95,13 @@ class Study:
         config = self.profile.draft_config(arch, **overrides)
         out = self.drafts_dir / variant
         sidecar = out / "draft.json"
-        if not sidecar.exists() or json.loads(sidecar.read_text()).get("train_config", {}).get("max_steps") \
-                != self.profile.train.max_steps:
+        if sidecar.exists():
+            meta = json.loads(sidecar.read_text())
+            if not (_same(meta.get("draft_config"), _jsonable(config))
+                    and _same(meta.get("train_config"), _jsonable(self.profile.train))):
+                raise Clover2Error(f"{out} holds a {variant} draft trained with other settings than profile "
+                                   f"{self.profile.name!r}; move it away (or pass another drafts folder) to retrain")
+        else:
             self.prepare_data()
             train(self.target, self.data_dir, out, config, self.profile.train)
         keep = self.results / "drafts" / variant
@@ -146,15 +151,31 @@ class Study:
         out["tau"] = out.tokens / out.steps
         return out
 
-    def bench(self, name: str = "bench", **overrides) -> pd.DataFrame:
+    def bench(self, name: str = "bench", *, rerun: bool = False, **overrides) -> pd.DataFrame:
         """The profile's benchmark (fields of BenchConfig overridable) into results/<profile>/<name>/.
-        Drafts it names are trained first."""
+        Drafts it names are trained first. A finished run with the same settings and target is
+        read back instead of measured again, unless `rerun`."""
         from clover2.bench import DRAFT_ARCHS, parse_method, run_bench
 
         config = replace(self.profile.bench, **overrides)
+        out = self.results / name
+        if not rerun and (out / "bench.csv").exists() and (out / "env.json").exists():
+            env = json.loads((out / "env.json").read_text())
+            if env.get("bench") == _jsonable(config) and env.get("target") == self.target.name:
+                return pd.read_csv(out / "bench.csv")
         for spec in config.methods:
             arch, _, _, path = parse_method(spec)
             if arch in DRAFT_ARCHS and path is None:
                 self.draft(arch)
-        return run_bench(self.target, config, self.drafts_dir, self.results / name)
+        return run_bench(self.target, config, self.drafts_dir, out)
 
+
+
+def _jsonable(config) -> dict:
+    """A config dataclass as its JSON sidecar stores it (tuples become lists)."""
+    return json.loads(json.dumps(asdict(config)))
+
+
+def _same(stored: dict | None, current: dict) -> bool:
+    """Whether a stored config matches the current one (settings since removed from the code are ignored)."""
+    return stored is not None and all(stored.get(k) == v for k, v in current.items())

@@ -1,0 +1,86 @@
+"""Profiles: every shipped profile parses, bad ones are refused, and the paper profiles run end to
+end on CPU with a tiny random model of their targets' family (a dry run of a GPU-box first run)."""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import replace
+
+import pandas as pd
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, LlamaConfig
+
+from clover2.data import prepare_data
+from clover2.errors import Clover2Error
+from clover2.profiles import CONFIG_DIR, load_profile
+from clover2.study import VARIANTS, Study
+from clover2.target import load_target, prepare_builtin
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in CONFIG_DIR.glob("*.yaml")))
+def test_every_shipped_profile_parses_and_names_known_variants(name):
+    profile = load_profile(name)
+    assert set(profile.study.distillation) | set(profile.study.ablations) <= set(VARIANTS)
+    assert profile.bench.methods[0] == "ar"
+
+
+@pytest.mark.parametrize("text, match", [
+    ("bench: {n_per_task: 0}", "n_per_task"),
+    ("bench: {methods: [ar, eagle3]}", "unknown method"),
+    ("bench: {fit: {top_k: 0}}", "fit config"),
+    ("bench: {colour: red}", "unknown keys"),
+    ("study: {ablation_n_per_task: -1}", "study config"),
+    ("trian: {}", "unknown keys")])
+def test_nonsense_profiles_are_refused(tmp_path, text, match):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text + "\n")
+    with pytest.raises(Clover2Error, match=match):
+        load_profile(path)
+
+
+def test_unknown_profile_lists_the_known_ones():
+    with pytest.raises(Clover2Error, match="known: .*cpu"):
+        load_profile("gpu-huge")
+
+
+def _tiny_llama_with_smollm2_tokenizer(folder):
+    """Vicuna-7B and LLaMA3-8B are Llama-family: a 2-layer random Llama with a real tokenizer."""
+    builtin = prepare_builtin("smollm2-135m-instruct")
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=49152, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
+                         bos_token_id=1, eos_token_id=2, tie_word_embeddings=False)
+    AutoModelForCausalLM.from_config(config).save_pretrained(folder)
+    for f in builtin.iterdir():
+        if f.name.startswith(("tokenizer", "special_tokens", "chat_template")):
+            shutil.copy(f, folder / f.name)
+    return folder
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["paper-vicuna7b", "paper-llama3-8b"])
+def test_paper_profile_dry_run_on_a_tiny_model_of_its_family(name, tmp_path):
+    """The profile's own settings (dtype, loss, bf16 autocast, vocabulary, trees, tasks, methods),
+    with only the sizes shrunk and the device set to CPU: data, every draft, ablation tau, bench."""
+    profile = load_profile(name)
+    folder = _tiny_llama_with_smollm2_tokenizer(tmp_path / "target")
+    tiny = replace(
+        profile, target=str(folder), device="cpu",
+        data=replace(profile.data, conversations=4, max_new_tokens=6, batch_size=2, shard_conversations=2, turns=2),
+        train=replace(profile.train, max_steps=2, batch_size=2, max_len=48, eval_every=1, eval_batches=1, warmup_steps=1),
+        bench=replace(profile.bench, n_per_task=1, max_new_tokens=4,
+                      fit=replace(profile.bench.fit, prompts=1, max_new_tokens=4, max_depth=3)),
+        study=replace(profile.study, ablation_n_per_task=1, ablation_max_new_tokens=4))
+    target = load_target(str(folder), dtype=profile.dtype, device="cpu")
+    study = Study(profile=tiny, target=target, results=tmp_path / "results", data_dir=tmp_path / "data",
+                  drafts_dir=tmp_path / "drafts")
+    prompts = [["Say hello.", "And again?"], ["Name a colour.", "Another one?"], ["Count to three.", "Go on."],
+               ["What is 2 + 2?", "And 3 + 3?"]]
+    prepare_data(target, prompts, study.data_dir, tiny.data)
+    tau = study.tau(list(tiny.study.ablations))
+    assert set(tau.variant) == set(tiny.study.ablations) and (tau.tau >= 1).all()
+    table = study.bench()
+    assert set(table.task) == {"overall", *tiny.bench.tasks}
+    assert set(table.method) == {m.split("/")[0] for m in tiny.bench.methods}
+    assert pd.read_csv(study.results / "bench" / "bench.csv").shape == table.shape
