@@ -27,7 +27,7 @@ target: install
 # The unit tests, then every notebook under nbmake on the `smoke` profile (the notebooks' default).
 test: install
 	$(BIN)/python -m pytest -q
-	$(BIN)/python -m pytest -q --nbmake notebooks
+	$(BIN)/python -m pytest -q --nbmake --nbmake-timeout=1200 notebooks
 
 # The research: every notebook executed by papermill on $(PROFILE) (data, drafts, ablations, the
 # benchmark, figures; cached and resumable), then the book from the executed notebooks.

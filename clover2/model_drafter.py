@@ -87,12 +87,16 @@ class ModelDrafter(Drafter):
 
     # -- tree growth ------------------------------------------------------------------------
 
-    def _choose(self, logits: torch.Tensor, k: int) -> tuple[list[int], list[torch.Tensor | None], list[float]]:
-        """k children from one node's draft logits: tokens (target ids), their q, their log q."""
+    def _choose(self, logits: torch.Tensor, k: int) -> list[tuple[list[int], list, list[float]]]:
+        """k children of each node from its draft logits `(n, V_draft)`: per node, the tokens (target
+        ids), the q each was drawn from (None when greedy) and their log q. Greedy: one batched top-k."""
         if self.sampling.greedy:
-            logq = torch.log_softmax(logits, -1)
-            top = logq.topk(k)
-            return self.model.d2t[top.indices].tolist(), [None] * k, top.values.tolist()
+            top = torch.log_softmax(logits, -1).topk(k, dim=-1)
+            return [(ids, [None] * k, lq) for ids, lq in zip(self.model.d2t[top.indices].tolist(), top.values.tolist())]
+        return [self._draw(row, k) for row in logits]
+
+    def _draw(self, logits: torch.Tensor, k: int) -> tuple[list[int], list[torch.Tensor], list[float]]:
+        """k children drawn without replacement from one node's warped draft distribution q."""
         q = warp(logits, self.sampling).cpu()
         picks, dists = draw_without_replacement(q, k, self.generator)
         d2t = self.model.d2t.cpu()
@@ -114,8 +118,7 @@ class ModelDrafter(Drafter):
             toks = torch.tensor([token[n] for n in nodes], device=self.device)
             logits = expand(nodes, [parent[n] for n in nodes], toks, d)  # (n, V_draft)
             k = max(tree.ranks[c] for p in rows for c in children[p]) + 1
-            for row, p in enumerate(rows):
-                picks, dists, logq = self._choose(logits[row], k)
+            for p, (picks, dists, logq) in zip(rows, self._choose(logits, k)):
                 for c in children[p]:
                     if tree.ranks[c] < len(picks):
                         placed[c] = len(parent)
@@ -133,8 +136,7 @@ class ModelDrafter(Drafter):
             toks = torch.tensor([token[i] for i in frontier], device=self.device)
             logits = expand(frontier, [parent[i] for i in frontier], toks, d)
             cand = []  # (cumulative log q, parent, token, q), in draw order per parent
-            for row, node in enumerate(frontier):
-                picks, dists, logq = self._choose(logits[row], spec.top_k)
+            for node, (picks, dists, logq) in zip(frontier, self._choose(logits, spec.top_k)):
                 cand += [(score[node] + lq, node, x, qd) for x, qd, lq in zip(picks, dists, logq)]
             if self.sampling.greedy:  # EAGLE-2: the best candidates across the frontier
                 cand = sorted(cand, key=lambda c: -c[0])[: spec.top_k]

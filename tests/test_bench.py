@@ -8,8 +8,9 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
-from clover2.bench import (BenchConfig, cost_curve, environment, interleaved, make_method, parse_method,
+from clover2.bench import (BenchConfig, Method, cost_curve, environment, interleaved, make_method, parse_method,
                            run_bench, summarize)
 from clover2.checkpoint import save_draft
 from clover2.decode import DecodeConfig
@@ -141,3 +142,32 @@ def test_missing_draft_fails_before_anything_runs(tmp_path):
     with pytest.raises(Clover2Error, match="draft"):
         run_bench(tiny_target("llama"), config, tmp_path / "nothing", tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_tau_is_deterministic_across_runs_greedy_and_sampled():
+    """Same prompts, same seeds: tau is identical run to run (only the times vary)."""
+    t = tiny_target("qwen2")
+    torch.manual_seed(0)
+    draft = DraftModel.from_target(DraftConfig.for_arch("clover2", num_heads=3), t).eval()
+    tables = []
+    for _ in range(2):
+        methods = []
+        for temperature in (0.0, 1.0):
+            cfg = DecodeConfig(max_new_tokens=16, sampling=SamplingConfig(temperature=temperature, seed=5))
+            methods += [make_method("ar", t, cfg), make_method("pld", t, cfg)]
+            methods.append(Method("clover2@eagle25", temperature, _draft_run(t, draft, cfg)))
+        runs = interleaved(methods, {"a": [1, 2, 3, 1, 2, 3, 1], "b": [7, 8, 9]})
+        tables.append(summarize(runs).set_index(["method", "temperature", "task"]).tau)
+    pd.testing.assert_series_equal(tables[0], tables[1])
+
+
+def _draft_run(target, draft, cfg):
+    from clover2.bench import Run
+    from clover2.decode import generate
+    from clover2.model_drafter import ModelDrafter
+    from clover2.tree import EAGLE_25
+
+    def run(prompt):
+        g = generate(target, ModelDrafter(draft, EAGLE_25, cfg.sampling), prompt, cfg)
+        return Run(g.output_ids, g.seconds, g.accept_lengths)
+    return run
