@@ -14,7 +14,7 @@ import torch
 from clover2.checkpoint import BORROWED
 from clover2.decode import DecodeConfig, prefill, speculative_steps
 from clover2.draft import DraftModel
-from clover2.fit import _Recording
+from clover2.fit import Recording, accepted_nodes
 from clover2.model_drafter import ModelDrafter
 from clover2.target import Target
 from clover2.tree import EAGLE_25, Tree
@@ -36,17 +36,14 @@ def trace_step(target: Target, model: DraftModel, prompt_ids: Sequence[int], *, 
                step: int = 8) -> dict:
     """Decode greedily up to step `step` and return that step's draft tree, the tokens of its nodes,
     and which nodes the target accepted."""
-    recorder = _Recording(ModelDrafter(model, tree))
+    recorder = Recording(ModelDrafter(model, tree))
     with torch.inference_mode():
         for k, s in enumerate(speculative_steps(target, recorder, prompt_ids, DecodeConfig(max_new_tokens=4 * step))):
             if k == step or s.stop:
                 break
     draft = recorder.drafts[-1]
-    accepted = [0]  # walk down the tree along the committed tokens (the last one is the bonus)
-    for token in s.tokens[:-1]:
-        child = [c for c in range(1, draft.tree.size)
-                 if draft.tree.parents[c] == accepted[-1] and int(draft.tokens[c - 1]) == token]
-        accepted.append(child[0])
+    # the committed tokens but the bonus: exactly the draft nodes the target accepted, root first
+    accepted = [0] + [i for i, ok in enumerate(accepted_nodes(draft, s.tokens[:-1]), start=1) if ok]
     return {"parents": draft.tree.parents, "tokens": [target.decode([int(t)]) for t in draft.tokens],
             "accepted": accepted, "committed": target.decode(s.tokens)}
 

@@ -107,11 +107,10 @@ def load_draft_for(name: str, target: Target, draft: Path | None):
     return model
 
 
-def drafter_factory(name: str, target: Target, *, draft: Path | None = None, tree="eagle25",
+def drafter_factory(name: str, target: Target, *, draft=None, tree="eagle25",
                     sampling: SamplingConfig = SamplingConfig()) -> Callable[[], Drafter]:
-    """A function making a fresh drafter per generation: `ar`, `pld`, or a trained draft (`draft` folder).
-
-    `tree` is a spec (`parse_tree`) or an already built tree (a fitted `DynamicTree`)."""
+    """A function making a fresh drafter per generation: `ar`, `pld`, or a trained draft (`draft`:
+    its folder, or the draft already loaded). `tree` is a spec (`parse_tree`) or a built tree."""
     if name == "ar":
         return NoDrafter
     if name == "pld":
@@ -120,12 +119,12 @@ def drafter_factory(name: str, target: Target, *, draft: Path | None = None, tre
         raise Clover2Error(f"unknown method {name!r}; known: {', '.join(METHODS)}")
     from clover2.model_drafter import ModelDrafter
 
-    model = load_draft_for(name, target, draft)
+    model = draft if isinstance(draft, torch.nn.Module) else load_draft_for(name, target, draft)
     shape = parse_tree(tree) if isinstance(tree, str) else tree
     return lambda: ModelDrafter(model, shape, sampling)
 
 
-def make_method(name: str, target: Target, config: DecodeConfig, *, draft: Path | None = None,
+def make_method(name: str, target: Target, config: DecodeConfig, *, draft=None,
                 tree="eagle25", label: str | None = None) -> Method:
     """clover2's loop with a drafter (`ar`, `pld`, a draft architecture), or Hugging Face `generate` (`hf`, `hf-pld`)."""
     label = label or name
@@ -299,8 +298,10 @@ def run_bench(target: Target, config: BenchConfig, drafts: Path | None, out: Pat
     from clover2.tasks import load_task
 
     specs = [parse_method(s) for s in config.methods]
-    paths = {name: path or (drafts / name if drafts else None) for name, _, _, path in specs if name in DRAFT_ARCHS}
-    models = {name: load_draft_for(name, target, path) for name, path in paths.items()}  # fail early
+    paths = [path or (drafts / name if drafts else None) if name in DRAFT_ARCHS else None
+             for name, _, _, path in specs]
+    models = {path: load_draft_for(name, target, path)  # each draft loaded once, before any work
+              for (name, *_), path in zip(specs, paths) if name in DRAFT_ARCHS}
     records, calibration = [], []
     for task in config.tasks:
         every = load_task(task)
@@ -308,28 +309,28 @@ def run_bench(target: Target, config: BenchConfig, drafts: Path | None, out: Pat
         records += chosen
         calibration += [r for r in every if r not in chosen]
     encode = lambda r: target.encode_chat([{"role": "user", "content": r.turns[0]}])  # noqa: E731  first turns
-    env = environment(target) | {"bench": asdict(config), "drafts": {k: str(v) for k, v in paths.items()}}
-    trees: dict[str, object] = {}
-    fitted = sorted({name for name, tree, _, _ in specs if tree == "fitted"})
+    env = environment(target) | {"bench": asdict(config), "drafts": {name: str(p) for (name, *_), p in zip(specs, paths) if p}}
+    trees: dict[Path, object] = {}  # fitted tree per draft folder
+    fitted = {path: name for (name, tree, _, _), path in zip(specs, paths) if tree == "fitted"}
     if fitted:
         curve = cost_curve(target, prefix=min(200, target.context_length - 65))
         write_csv(out / "cost_curve.csv", curve)
         rng = np.random.default_rng(config.seed)
         picks = rng.choice(len(calibration), size=min(config.fit.prompts, len(calibration)), replace=False)
         calib = [encode(calibration[i]) for i in picks]
-        for name in fitted:
-            trees[name], table = fit_tree(calibrate(target, models[name], calib, config.fit), curve, config.fit)
+        for path, name in fitted.items():
+            trees[path], table = fit_tree(calibrate(target, models[path], calib, config.fit), curve, config.fit)
             write_csv(out / f"fit_{name}.csv", table)
-            env.setdefault("fitted_trees", {})[name] = asdict(trees[name]) | {
+            env.setdefault("fitted_trees", {})[name] = asdict(trees[path]) | {
                 "predicted_speedup": float(table.predicted_speedup.max())}
     methods = []
-    for (name, tree, temperature, _), spec in zip(specs, config.methods):
+    for (name, tree, temperature, _), path in zip(specs, paths):
         sampling = SamplingConfig(temperature=temperature, top_p=config.top_p if temperature else 1.0,
                                   top_k=config.top_k if temperature else 0, seed=config.seed)
         decode = DecodeConfig(max_new_tokens=config.max_new_tokens, sampling=sampling)
         label = f"{name}@{tree}" if tree else name
-        methods.append(make_method(name, target, decode, draft=paths.get(name), label=label,
-                                   tree=trees.get(name, tree) if tree == "fitted" else tree))
+        methods.append(make_method(name, target, decode, draft=models.get(path), label=label,
+                                   tree=trees[path] if tree == "fitted" else tree))
     runs = interleaved(methods, {r.id: encode(r) for r in records}, repeats=config.repeats,
                        categories={r.id: r.category for r in records})
     table = summarize(runs, seed=config.seed)

@@ -48,7 +48,7 @@ class FitConfig:
             raise Clover2Error(f"fit config: every field must be >= 1: {self}")
 
 
-class _Recording(Drafter):
+class Recording(Drafter):
     """Passes a drafter through, keeping every draft it proposes."""
 
     def __init__(self, inner: Drafter):
@@ -74,7 +74,7 @@ def calibrate(target: Target, model: DraftModel, prompts: Sequence[list[int]], c
     for p, prompt in enumerate(tqdm(prompts, desc="calibrating tree", unit="prompt")):
         for depth in draft_s:
             shape = big if depth == config.max_depth else DynamicTree(budget=config.top_k, depth=1, top_k=config.top_k)
-            recorder = _Recording(ModelDrafter(model, shape))
+            recorder = Recording(ModelDrafter(model, shape))
             gen = generate(target, recorder, prompt, decode)
             draft_s[depth] += [s.draft_s for s in gen.steps]
             if depth == config.max_depth:
@@ -82,17 +82,25 @@ def calibrate(target: Target, model: DraftModel, prompts: Sequence[list[int]], c
     return {"nodes": pd.DataFrame(nodes), "draft_s": {d: float(np.median(v)) for d, v in draft_s.items()}}
 
 
+def accepted_nodes(draft: Draft, continuation: list[int]) -> list[bool]:
+    """Per draft node (1..N-1): whether its path equals the start of the target's greedy continuation,
+    which is exactly when greedy verification accepts it."""
+    out = []
+    for i in range(1, draft.tree.size):
+        path = draft.tree.ancestors[i].nonzero().flatten().tolist()  # root .. i (topological order)
+        tokens = [int(draft.tokens[j - 1]) for j in path[1:]]
+        out.append(tokens == continuation[:len(tokens)])
+    return out
+
+
 def _node_outcomes(prompt: int, drafts: list[Draft], output: list[int], committed: list[int]) -> list[dict]:
     """Per draft node: its step, depth, score, and whether its path is the target's continuation."""
     rows, pos = [], 0
     for step, (draft, n) in enumerate(zip(drafts, committed)):
-        truth = output[pos:]
+        accepted = accepted_nodes(draft, output[pos:])
         pos += n
-        for i in range(1, draft.tree.size):
-            path = draft.tree.ancestors[i].nonzero().flatten().tolist()  # root .. i (topological order)
-            tokens = [int(draft.tokens[j - 1]) for j in path[1:]]
-            rows.append({"prompt": prompt, "step": step, "depth": len(tokens),
-                         "score": float(draft.scores[i - 1]), "accepted": tokens == truth[:len(tokens)]})
+        rows += [{"prompt": prompt, "step": step, "depth": int(draft.tree.depth[i]), "score": float(draft.scores[i - 1]),
+                  "accepted": accepted[i - 1]} for i in range(1, draft.tree.size)]
     return rows
 
 

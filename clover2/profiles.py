@@ -65,33 +65,27 @@ def load_profile(name: str | Path) -> Profile:
         raise Clover2Error(f"unknown profile {str(name)!r}; known: {', '.join(known)}")
     raw = yaml.safe_load(path.read_text()) or {}
     _check_keys(raw, {"target", "dtype", "device", "data", "train", "draft", "bench", "study"}, str(path))
-    sections = {}
-    for key, cls in (("data", DataConfig), ("train", TrainConfig)):
-        section = raw.get(key) or {}
-        _check_keys(section, {f.name for f in fields(cls)}, f"{path} [{key}]")
-        if "betas" in section:
-            section["betas"] = tuple(section["betas"])
-        sections[key] = cls(**section)
-    bench = dict(raw.get("bench") or {})
-    _check_keys(bench, {f.name for f in fields(BenchConfig)}, f"{path} [bench]")
-    fit = bench.pop("fit", None) or {}
-    _check_keys(fit, {f.name for f in fields(FitConfig)}, f"{path} [bench.fit]")
-    for key in ("tasks", "methods"):
-        if key in bench:
-            bench[key] = tuple(str(v) for v in bench[key])
-    try:
-        sections["bench"] = BenchConfig(**bench, fit=FitConfig(**fit))
-    except TypeError as e:
-        raise Clover2Error(f"{path} [bench]: {e}") from None
-    study = dict(raw.get("study") or {})
-    _check_keys(study, {f.name for f in fields(StudyConfig)}, f"{path} [study]")
-    sections["study"] = StudyConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in study.items()})
+    sections = {key: _section(raw.get(key), cls, f"{path} [{key}]", nested)
+                for key, cls, nested in (("data", DataConfig, {}), ("train", TrainConfig, {}),
+                                         ("bench", BenchConfig, {"fit": FitConfig}), ("study", StudyConfig, {}))}
     draft = raw.get("draft") or {}
     _check_keys(draft, {f.name for f in fields(DraftConfig)} - {"arch"}, f"{path} [draft]")
     return Profile(name=path.stem, target=str(raw.get("target", "smollm2-135m-instruct")),
                    dtype=str(raw.get("dtype", "auto")), device=str(raw.get("device", "cpu")),
                    data=sections["data"], train=sections["train"], draft=draft, bench=sections["bench"],
                    study=sections["study"])
+
+
+def _section(raw, cls, where: str, nested: dict):
+    """A config dataclass from its YAML mapping (lists become tuples; `nested` sections recursively)."""
+    raw = raw or {}
+    _check_keys(raw, {f.name for f in fields(cls)}, where)
+    values = {k: tuple(v) if isinstance(v, list) else v for k, v in raw.items() if k not in nested}
+    values |= {k: _section(raw.get(k), c, f"{where[:-1]}.{k}]", {}) for k, c in nested.items()}
+    try:
+        return cls(**values)
+    except TypeError as e:
+        raise Clover2Error(f"{where}: {e}") from None
 
 
 def _check_keys(section: dict, allowed: set[str], where: str) -> None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-
 import torch.nn.functional as F
 
 from clover2.sampling import SamplingConfig, accept_tree, warp

@@ -8,7 +8,7 @@ import torch
 
 from clover2.decode import DecodeConfig, generate
 from clover2.draft import DraftConfig, DraftModel
-from clover2.fit import FitConfig, _node_outcomes, _Recording, fit_tree
+from clover2.fit import FitConfig, _node_outcomes, Recording, fit_tree
 from clover2.model_drafter import DynamicTree, ModelDrafter
 
 from conftest import tiny_target
@@ -21,7 +21,7 @@ def test_node_outcomes_reproduce_the_accepted_lengths_of_the_run(arch):
     t = tiny_target("llama")
     torch.manual_seed(0)
     model = DraftModel.from_target(DraftConfig.for_arch(arch, num_heads=3), t).eval()
-    rec = _Recording(ModelDrafter(model, DynamicTree(budget=24, depth=3, top_k=8)))
+    rec = Recording(ModelDrafter(model, DynamicTree(budget=24, depth=3, top_k=8)))
     gen = generate(t, rec, [5, 6, 7, 8, 9, 10], DecodeConfig(max_new_tokens=40))
     nodes = pd.DataFrame(_node_outcomes(0, rec.drafts, gen.output_ids, gen.accept_lengths))
     accepted = nodes.groupby("step").accepted.sum().reindex(range(len(gen.steps)), fill_value=0).tolist()
