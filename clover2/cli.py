@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from pathlib import Path
 
+from clover2.decoding.builtin import DEFAULT_TARGET
 from clover2.errors import Clover2Error
 
 
@@ -19,20 +21,32 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
+class _Help(argparse.ArgumentDefaultsHelpFormatter):
+    """Help texts that show each option's default."""
+
+
+PROFILE_HELP = "profile: a shipped name (cpu, cpu-full, smoke, paper-vicuna7b, paper-llama3-8b) or a YAML path " \
+               "(default: $CLOVER2_PROFILE, else cpu)"
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="clover2", description=__doc__)
+    from clover2 import __version__
+
+    p = argparse.ArgumentParser(prog="clover2", description=__doc__, formatter_class=_Help)
+    p.add_argument("--version", action="version", version=f"clover2 {__version__} ({_commit()})")
     sub = p.add_subparsers(required=True, metavar="COMMAND")
+    sub.add_parser = functools.partial(sub.add_parser, formatter_class=_Help)
 
     s = sub.add_parser("targets", help="list the built-in targets")
     s.set_defaults(func=_targets)
 
     s = sub.add_parser("prepare-target", help="fetch and convert a built-in target into the cache")
-    s.add_argument("--target", default="smollm2-135m-instruct")
+    s.add_argument("--target", default=DEFAULT_TARGET, help="a built-in target name")
     s.set_defaults(func=_prepare)
 
     s = sub.add_parser("generate", help="generate answers to prompts, printing one JSON object per prompt")
     _target_args(s)
-    s.add_argument("--method", default="ar", choices=METHOD_CHOICES,
+    s.add_argument("--method", default="ar", choices=_generate_methods(),
                    help="ar: plain decoding; pld: prompt lookup; a draft architecture (needs --draft)")
     _draft_args(s)
     src = s.add_mutually_exclusive_group(required=True)
@@ -43,7 +57,7 @@ def _parser() -> argparse.ArgumentParser:
     s.set_defaults(func=_generate)
 
     s = sub.add_parser("bench", help="tasks x methods x temperatures against plain decoding, interleaved")
-    s.add_argument("--config", default="cpu", help="profile (configs/NAME.yaml or a path) whose bench section to run")
+    s.add_argument("--profile", help=PROFILE_HELP + "; its bench section is run")
     s.add_argument("--target", help="override the profile's target (built-in name, folder or hub id)")
     s.add_argument("--adapter", type=Path, help="a LoRA adapter folder (peft) to merge into the target")
     s.add_argument("--dtype", help="override the profile's dtype (auto, float32, bfloat16)")
@@ -56,23 +70,23 @@ def _parser() -> argparse.ArgumentParser:
                    "temperature is the reference; TREE: eagle25, medusa63, chainK, dynamic:B:D:K or fitted")
     s.add_argument("--drafts", type=Path, help="folder with one trained draft per architecture "
                    "(default: $CLOVER2_CACHE/drafts/<profile>)")
-    s.add_argument("--max-new-tokens", type=int)
-    s.add_argument("--repeats", type=int)
+    s.add_argument("--max-new-tokens", type=int, help="override the profile's cap on new tokens per prompt")
+    s.add_argument("--repeats", type=int, help="override the profile's repeats of every prompt")
     s.add_argument("--top-p", type=float, help="for methods at temperature > 0")
     s.add_argument("--top-k", type=int, help="for methods at temperature > 0")
-    s.add_argument("--seed", type=int)
+    s.add_argument("--seed", type=int, help="override the profile's seed (task samples and sampling)")
     s.add_argument("--out", type=Path, required=True, help="folder for bench.csv, runs.csv, env.json")
     s.set_defaults(func=_bench)
 
     s = sub.add_parser("prepare-data", help="the target answers ShareGPT prompts; store hidden states and top-k")
-    s.add_argument("--config", default="cpu", help="profile name in configs/ or a YAML path")
+    s.add_argument("--profile", help=PROFILE_HELP)
     s.add_argument("--out", type=Path, help="data folder (default: $CLOVER2_CACHE/data/<profile>)")
     s.add_argument("--sharegpt", type=Path, help="a full ShareGPT JSON file instead of the wheel's copy")
     s.set_defaults(func=_prepare_data)
 
     s = sub.add_parser("train", help="train a draft on prepared data (torchrun for several processes)")
-    s.add_argument("--config", default="cpu")
-    s.add_argument("--arch", required=True, help="clover2, clover1, eagle1 or medusa")
+    s.add_argument("--profile", help=PROFILE_HELP)
+    s.add_argument("--arch", required=True, choices=_architectures())
     s.add_argument("--data", type=Path, help="data folder (default: $CLOVER2_CACHE/data/<profile>)")
     s.add_argument("--out", type=Path, help="draft folder (default: $CLOVER2_CACHE/drafts/<profile>/<arch>)")
     s.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
@@ -81,8 +95,10 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--max-steps", type=int, help="override the profile's step budget")
     s.set_defaults(func=_train)
 
-    s = sub.add_parser("notebooks", help="execute the notebooks with papermill into results/<profile>/notebooks")
-    s.add_argument("--profile", default="cpu", help="profile passed to every notebook (configs/NAME.yaml)")
+    s = sub.add_parser("notebooks", help="execute the notebooks with papermill into RESULTS/<profile>/notebooks")
+    s.add_argument("--profile", help=PROFILE_HELP)
+    s.add_argument("--notebooks", type=Path, default=Path("notebooks"), help="the notebooks of a clover2 checkout")
+    s.add_argument("--results", type=Path, help="results root (default: $CLOVER2_RESULTS, else ./results)")
     s.add_argument("--only", action="append", help="run only this notebook (repeatable), e.g. 04_speedup")
     s.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
                    help="an extra notebook parameter (YAML value), e.g. -p target /models/vicuna-7b")
@@ -90,14 +106,29 @@ def _parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("cost-curve", help="target forward time for N new tokens over a cached prefix")
     _target_args(s)
-    s.add_argument("--prefix", type=int, default=200)
-    s.add_argument("--repeats", type=int, default=7)
-    s.add_argument("--out", type=Path, required=True)
+    s.add_argument("--prefix", type=int, default=200, help="tokens already in the cache")
+    s.add_argument("--repeats", type=int, default=7, help="timed rounds over all sizes (after one warm-up)")
+    s.add_argument("--out", type=Path, required=True, help="folder for cost_curve.csv and cost_curve_env.json")
     s.set_defaults(func=_cost_curve)
     return p
 
 
-METHOD_CHOICES = ["ar", "pld", "clover2", "clover1", "eagle1", "medusa"]
+def _architectures() -> list[str]:
+    from clover2.drafts import ARCHITECTURES
+
+    return list(ARCHITECTURES)
+
+
+def _generate_methods() -> list[str]:
+    from clover2.measure.methods import BASELINES
+
+    return [*BASELINES, *_architectures()]
+
+
+def _commit() -> str:
+    from clover2.measure.provenance import commit
+
+    return f"commit {commit()}"
 
 
 def _draft_args(s):
@@ -106,14 +137,14 @@ def _draft_args(s):
 
 
 def _target_args(s):
-    s.add_argument("--target", default="smollm2-135m-instruct", help="built-in name, checkpoint folder or hub id")
+    s.add_argument("--target", default=DEFAULT_TARGET, help="built-in name, checkpoint folder or hub id")
     s.add_argument("--adapter", type=Path, help="a LoRA adapter folder (peft) to merge into the target")
     s.add_argument("--dtype", default="auto", help="auto (bf16 where the hardware has it), float32, bfloat16")
     s.add_argument("--device", default="cpu")
 
 
 def _decode_args(s):
-    s.add_argument("--max-new-tokens", type=int, default=256)
+    s.add_argument("--max-new-tokens", type=int, default=256, help="cap on new tokens per answer")
     s.add_argument("--temperature", type=float, default=0.0, help="0: greedy; > 0: sampling (lossless)")
     s.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (1: off)")
     s.add_argument("--top-k", type=int, default=0, help="sample among the k most likely tokens (0: off)")
@@ -122,44 +153,44 @@ def _decode_args(s):
 
 
 def _load(args):
-    from clover2.target import load_target
+    from clover2.decoding.target import load_target
 
     return load_target(args.target, dtype=args.dtype, device=args.device, adapter=args.adapter)
 
 
 def _decode_config(args):
-    from clover2.decode import DecodeConfig
-    from clover2.sampling import SamplingConfig
+    from clover2.decoding.decode import DecodeConfig
+    from clover2.decoding.sampling import SamplingConfig
 
     sampling = SamplingConfig(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed)
     return DecodeConfig(max_new_tokens=args.max_new_tokens, stop_strings=tuple(args.stop), sampling=sampling)
 
 
 def _targets(args):
-    from clover2.target import BUILTIN_TARGETS
+    from clover2.decoding.builtin import BUILTIN_TARGETS
 
     for name, spec in BUILTIN_TARGETS.items():
         print(f"{name}\t{spec.about}\t(from PyPI: {spec.package}=={spec.version})")
 
 
 def _prepare(args):
-    from clover2.target import BUILTIN_TARGETS, _unknown_target_message, prepare_builtin
+    from clover2.decoding.target import prepare_builtin
 
-    if args.target not in BUILTIN_TARGETS:
-        raise Clover2Error(_unknown_target_message(args.target))
     print(prepare_builtin(args.target))
 
 
 def _generate(args):
-    from clover2.bench import drafter_factory
-    from clover2.prompts import PromptRecord, conversation_json, read_prompts, run_conversation
+    from clover2.decoding.prompts import PromptRecord, conversation_json, read_prompts, run_conversation
+    from clover2.measure.methods import MethodSpec, drafter_factory
 
     config = _decode_config(args)
     records = read_prompts(args.prompts) if args.prompts else [PromptRecord(id="0", turns=(args.prompt,))]
     if args.method not in ("ar", "pld") and args.draft is None:
         raise Clover2Error(f"--method {args.method} needs --draft PATH (a folder written by `clover2 train`)")
     target = _load(args)
-    make = drafter_factory(args.method, target, draft=args.draft, tree=args.tree, sampling=config.sampling)
+    spec = MethodSpec.parse(args.method + (f"@{args.tree}" if args.method in _architectures() else ""))
+    spec = MethodSpec(spec.name, spec.tree, config.sampling.temperature, args.draft)
+    make = drafter_factory(spec, target, sampling=config.sampling)
     for record in records:
         result = conversation_json(target, record, run_conversation(target, make, record, config))
         print(json.dumps(result) if args.json else result["text"], flush=True)
@@ -168,11 +199,12 @@ def _generate(args):
 def _bench(args):
     from dataclasses import replace
 
-    from clover2.bench import run_bench
+    from clover2.decoding.target import load_target
+    from clover2.measure.bench import run_bench
+    from clover2.paths import cache_root
     from clover2.profiles import load_profile
-    from clover2.target import cache_root, load_target
 
-    profile = load_profile(args.config)
+    profile = load_profile(args.profile)
     split = lambda text: tuple(x.strip() for x in text.split(",") if x.strip())  # noqa: E731
     overrides = {"tasks": split(args.tasks) if args.tasks else (str(args.prompts),) if args.prompts else None,
                  "methods": split(args.methods) if args.methods else None, "n_per_task": args.n_per_task,
@@ -187,13 +219,14 @@ def _bench(args):
 
 
 def _prepare_data(args):
-    from clover2.corpora import sharegpt_user_turns
-    from clover2.data import prepare_data
+    from clover2.decoding.target import load_target
+    from clover2.paths import cache_root
     from clover2.profiles import load_profile
-    from clover2.target import cache_root, load_target
-    from clover2.train import setup_distributed
+    from clover2.training.corpora import sharegpt_user_turns
+    from clover2.training.data import prepare_data
+    from clover2.training.train import setup_distributed
 
-    profile = load_profile(args.config)
+    profile = load_profile(args.profile)
     rank, world = setup_distributed()
     target = load_target(profile.target, dtype=profile.dtype, device=profile.device)
     out = args.out or cache_root() / "data" / profile.name
@@ -205,11 +238,12 @@ def _prepare_data(args):
 def _train(args):
     from dataclasses import replace
 
+    from clover2.decoding.target import load_target
+    from clover2.paths import cache_root
     from clover2.profiles import load_profile
-    from clover2.target import cache_root, load_target
-    from clover2.train import setup_distributed, train
+    from clover2.training.train import setup_distributed, train
 
-    profile = load_profile(args.config)
+    profile = load_profile(args.profile)
     overrides = dict(_parse_setting(s) for s in args.set)
     draft_config = profile.draft_config(args.arch, **overrides)
     train_config = profile.train
@@ -238,16 +272,18 @@ def _parse_setting(text: str) -> tuple[str, object]:
 def _notebooks(args):
     import yaml
 
-    from clover2.reproduce import run_notebooks
+    from clover2.research.notebooks import run_notebooks
 
     parameters = {k: yaml.safe_load(v) for k, v in args.parameter}
-    for path in run_notebooks(args.profile, only=args.only, parameters=parameters):
+    for path in run_notebooks(args.profile, source=args.notebooks, results=args.results, only=args.only,
+                              parameters=parameters):
         print(path)
 
 
 def _cost_curve(args):
-    from clover2.bench import cost_curve, environment
     from clover2.files import write_csv, write_json
+    from clover2.measure.fit import cost_curve
+    from clover2.measure.provenance import environment
 
     target = _load(args)
     curve = cost_curve(target, prefix=args.prefix, repeats=args.repeats)

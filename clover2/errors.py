@@ -6,3 +6,13 @@ class Clover2Error(ValueError):
 
     The message says what was wrong and, where it can, what would be right.
     """
+
+
+def require_extra(extra: str, *modules: str) -> None:
+    """Fail with an install hint when an optional dependency group is missing."""
+    import importlib.util
+
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing:
+        raise Clover2Error(f"this needs the '{extra}' extra ({', '.join(missing)} missing): "
+                           f"pip install 'clover2[{extra}]'")

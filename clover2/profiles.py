@@ -1,4 +1,8 @@
-"""Profiles: one YAML file in `configs/` names the target and every setting of a run.
+"""Profiles: one YAML file names the target and every setting of a run.
+
+The profiles shipped with clover2 live in `clover2/configs/` (package data; `configs/` at the top of
+a checkout points there); any other YAML path works too. With no name given, the profile is
+`$CLOVER2_PROFILE`, else `cpu`: the CLI and the notebooks share this one default.
 
 A profile has the sections `data` (DataConfig), `train` (TrainConfig), `draft` (DraftConfig
 fields applied on top of each architecture's own recipe) and `bench` (BenchConfig, with its `fit`
@@ -8,24 +12,36 @@ Unknown keys are errors, so a typo never silently falls back to a default.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, fields
 from pathlib import Path
 
 import yaml
 
-from clover2.bench import BenchConfig
-from clover2.data import DataConfig
-from clover2.draft import DraftConfig
+from clover2.decoding.builtin import DEFAULT_TARGET
+from clover2.drafts.config import DraftConfig
 from clover2.errors import Clover2Error
-from clover2.fit import FitConfig
-from clover2.train import TrainConfig
+from clover2.measure.bench import BenchConfig
+from clover2.measure.fit import FitConfig
+from clover2.training.data import DataConfig
+from clover2.training.train import TrainConfig
 
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+CONFIG_DIR = Path(__file__).resolve().parent / "configs"
+DEFAULT_PROFILE = "cpu"
+
+
+def default_profile() -> str:
+    """The profile used when none is named: `$CLOVER2_PROFILE`, else `cpu`."""
+    return os.environ.get("CLOVER2_PROFILE") or DEFAULT_PROFILE
+
+
+def known_profiles() -> list[str]:
+    return sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
 
 
 @dataclass(frozen=True)
 class StudyConfig:
-    """What the notebooks train and measure beyond the benchmark (names from clover2.study.VARIANTS)."""
+    """What the notebooks train and measure beyond the benchmark (names from clover2.research.study.VARIANTS)."""
 
     distillation: tuple[str, ...] = ("clover2", "clover2-hard-labels", "clover2-no-regression", "clover2-no-decay")
     ablations: tuple[str, ...] = ("medusa", "eagle1", "clover1", "clover2", "clover2-extraction-after",
@@ -55,14 +71,14 @@ class Profile:
         return DraftConfig.for_arch(arch, **(self.draft | overrides))
 
 
-def load_profile(name: str | Path) -> Profile:
-    """A profile by name (`configs/<name>.yaml`) or path."""
+def load_profile(name: str | Path | None = None) -> Profile:
+    """A profile by name (a shipped one) or YAML path; None: the default profile."""
+    name = default_profile() if name is None else name
     path = Path(name)
     if not path.suffix:
         path = CONFIG_DIR / f"{name}.yaml"
     if not path.is_file():
-        known = sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
-        raise Clover2Error(f"unknown profile {str(name)!r}; known: {', '.join(known)}")
+        raise Clover2Error(f"unknown profile {str(name)!r}; known: {', '.join(known_profiles())}, or a YAML path")
     raw = yaml.safe_load(path.read_text()) or {}
     _check_keys(raw, {"target", "dtype", "device", "data", "train", "draft", "bench", "study"}, str(path))
     sections = {key: _section(raw.get(key), cls, f"{path} [{key}]", nested)
@@ -70,7 +86,7 @@ def load_profile(name: str | Path) -> Profile:
                                          ("bench", BenchConfig, {"fit": FitConfig}), ("study", StudyConfig, {}))}
     draft = raw.get("draft") or {}
     _check_keys(draft, {f.name for f in fields(DraftConfig)} - {"arch"}, f"{path} [draft]")
-    return Profile(name=path.stem, target=str(raw.get("target", "smollm2-135m-instruct")),
+    return Profile(name=path.stem, target=str(raw.get("target", DEFAULT_TARGET)),
                    dtype=str(raw.get("dtype", "auto")), device=str(raw.get("device", "cpu")),
                    data=sections["data"], train=sections["train"], draft=draft, bench=sections["bench"],
                    study=sections["study"])

@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, Gemma3TextConfig, LlamaConfig, Qwen2Config
 
-from clover2.target import Target
+from clover2.decoding.target import Target
 
 VOCAB = 96
 

@@ -8,20 +8,20 @@ matplotlib.use("Agg")
 
 import pytest
 import torch
-
-from clover2.anatomy import component_costs, draw_tree, parameter_table, trace_step
-from clover2.decode import DecodeConfig, generate
-from clover2.draft import DraftConfig, DraftModel
-from clover2.drafters import NoDrafter
-
 from conftest import tiny_target
+
+from clover2.decoding.decode import DecodeConfig, generate
+from clover2.decoding.drafter import NoDrafter
+from clover2.drafts import build_draft
+from clover2.drafts.config import DraftConfig
+from clover2.research.anatomy import component_costs, draw_tree, parameter_table, trace_step
 
 
 @pytest.fixture(scope="module")
 def parts():
     t = tiny_target("llama")
     torch.manual_seed(0)
-    return t, DraftModel.from_target(DraftConfig.for_arch("clover2", num_heads=3), t).eval()
+    return t, build_draft(DraftConfig.for_arch("clover2", num_heads=3), t).eval()
 
 
 def test_parameter_table_separates_trained_from_borrowed(parts):

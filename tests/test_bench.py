@@ -9,18 +9,19 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-
-from clover2.bench import (BenchConfig, Method, cost_curve, environment, interleaved, make_method, parse_method,
-                           run_bench, summarize)
-from clover2.checkpoint import save_draft
-from clover2.decode import DecodeConfig
-from clover2.draft import DraftConfig, DraftModel
-from clover2.errors import Clover2Error
-from clover2.fit import FitConfig
-from clover2.sampling import SamplingConfig
-from clover2.tasks import load_task
-
 from conftest import tiny_target
+
+from clover2.decoding.decode import DecodeConfig
+from clover2.decoding.sampling import SamplingConfig
+from clover2.drafts import build_draft
+from clover2.drafts.checkpoint import save_draft
+from clover2.drafts.config import DraftConfig
+from clover2.errors import Clover2Error
+from clover2.measure.bench import BenchConfig, Method, interleaved, make_method, run_bench, summarize
+from clover2.measure.fit import FitConfig, cost_curve
+from clover2.measure.methods import MethodSpec
+from clover2.measure.provenance import environment
+from clover2.measure.tasks import load_task
 
 
 @pytest.fixture(scope="module")
@@ -72,14 +73,15 @@ def test_unknown_method_duplicate_and_missing_reference():
     ("eagle1@dynamic:60:6:10/1", ("eagle1", "dynamic:60:6:10", 1.0, None)),
     ("clover2@fitted/0.7=some/dir", ("clover2", "fitted", 0.7, "some/dir"))])
 def test_method_specs(spec, parsed):
-    name, tree, temperature, path = parse_method(spec)
+    s = MethodSpec.parse(spec)
+    name, tree, temperature, path = s.name, s.tree, s.temperature, s.draft
     assert (name, tree, temperature, str(path) if path else None) == parsed
 
 
 @pytest.mark.parametrize("spec", ["hydra", "pld@eagle25", "ar/hot"])
 def test_bad_method_specs_are_refused(spec):
     with pytest.raises(Clover2Error):
-        parse_method(spec)
+        MethodSpec.parse(spec)
 
 
 def test_cost_curve_is_relative_to_one_token():
@@ -119,7 +121,7 @@ def test_configured_bench_with_a_fitted_tree_writes_the_table(tmp_path):
     with static, dynamic and fitted trees, greedy and sampled; greedy drafts stay token-identical."""
     t = tiny_target("llama")
     cfg = DraftConfig.for_arch("clover2", num_heads=3)
-    save_draft(tmp_path / "drafts" / "clover2", DraftModel.from_target(cfg, t), t, cfg, extra={})
+    save_draft(tmp_path / "drafts" / "clover2", build_draft(cfg, t), t, cfg, extra={})
     config = BenchConfig(tasks=(str(_spec_bench_file(tmp_path / "question.jsonl")),), n_per_task=1,
                          max_new_tokens=10, methods=("ar", "pld", "clover2@eagle25", "clover2@dynamic:8:3:3",
                                                      "clover2@fitted", "ar/1", "clover2@eagle25/1"),
@@ -148,24 +150,24 @@ def test_tau_is_deterministic_across_runs_greedy_and_sampled():
     """Same prompts, same seeds: tau is identical run to run (only the times vary)."""
     t = tiny_target("qwen2")
     torch.manual_seed(0)
-    draft = DraftModel.from_target(DraftConfig.for_arch("clover2", num_heads=3), t).eval()
+    draft = build_draft(DraftConfig.for_arch("clover2", num_heads=3), t).eval()
     tables = []
     for _ in range(2):
         methods = []
         for temperature in (0.0, 1.0):
             cfg = DecodeConfig(max_new_tokens=16, sampling=SamplingConfig(temperature=temperature, seed=5))
             methods += [make_method("ar", t, cfg), make_method("pld", t, cfg)]
-            methods.append(Method("clover2@eagle25", temperature, _draft_run(t, draft, cfg)))
+            methods.append(Method(MethodSpec.parse(f"clover2@eagle25/{temperature}"), _draft_run(t, draft, cfg)))
         runs = interleaved(methods, {"a": [1, 2, 3, 1, 2, 3, 1], "b": [7, 8, 9]})
         tables.append(summarize(runs).set_index(["method", "temperature", "task"]).tau)
     pd.testing.assert_series_equal(tables[0], tables[1])
 
 
 def _draft_run(target, draft, cfg):
-    from clover2.bench import Run
-    from clover2.decode import generate
-    from clover2.model_drafter import ModelDrafter
-    from clover2.tree import EAGLE_25
+    from clover2.decoding.decode import generate
+    from clover2.decoding.tree import EAGLE_25
+    from clover2.drafts.drafter import ModelDrafter
+    from clover2.measure.bench import Run
 
     def run(prompt):
         g = generate(target, ModelDrafter(draft, EAGLE_25, cfg.sampling), prompt, cfg)

@@ -5,14 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from conftest import VOCAB, hf_greedy, tiny_target
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from clover2.decode import DecodeConfig, generate, speculative_steps
-from clover2.drafters import Drafter, NoDrafter, PromptLookupDrafter
-from clover2.tree import EAGLE_25, Draft, Tree
-
-from conftest import VOCAB, hf_greedy, tiny_target
+from clover2.decoding.decode import DecodeConfig, generate, speculative_steps
+from clover2.decoding.drafter import Drafter, NoDrafter
+from clover2.decoding.prompt_lookup import PromptLookupDrafter
+from clover2.decoding.tree import EAGLE_25, Draft, Tree
 
 MAX_NEW = 40
 
@@ -170,8 +170,8 @@ def test_static_tree_verification_equals_path_by_path_decoding(tiny):
     rng = np.random.default_rng(0)
     tokens = torch.tensor(rng.integers(0, VOCAB, EAGLE_25.size - 1))
     draft = Draft(EAGLE_25, tokens)
-    from clover2.verify import verify
-    from clover2.decode import prefill
+    from clover2.decoding.decode import prefill
+    from clover2.decoding.verify import verify
     with torch.inference_mode():
         cache = tiny.new_cache()
         prefill(tiny, cache, prompt[:-1], hidden=False)

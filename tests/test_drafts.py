@@ -4,27 +4,27 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-from clover2.decode import DecodeConfig, generate
-from clover2.draft import ARCHS, DraftConfig, DraftModel
-from clover2.errors import Clover2Error
-from clover2.losses import Batch, draft_loss, hard_ce, soft_ce
-from clover2.model_drafter import DynamicTree, ModelDrafter
-from clover2.tree import EAGLE_25, preset
-
-from conftest import VOCAB, hf_greedy, tiny_target
+from conftest import VOCAB, hf_greedy
 from test_decode_exact import PROMPTS
+
+from clover2.decoding.decode import DecodeConfig, generate
+from clover2.decoding.tree import EAGLE_25, preset
+from clover2.drafts import ARCHITECTURES, build_draft
+from clover2.drafts.config import DraftConfig
+from clover2.drafts.drafter import DynamicTree, ModelDrafter
+from clover2.errors import Clover2Error
+from clover2.training.losses import Batch, draft_loss, hard_ce, soft_ce
 
 MAX_NEW = 24
 
 
-@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("arch", ARCHITECTURES)
 def test_forward_shapes_per_architecture(tiny, arch):
     cfg = DraftConfig.for_arch(arch)
-    model = DraftModel.from_target(cfg, tiny)
+    model = build_draft(cfg, tiny)
     h = torch.randn(2, 11, 64)
     outs = model(h, torch.randint(0, VOCAB, (2, 11)))
-    assert len(outs) == cfg.trained_heads
+    assert len(outs) == model.trained_heads
     for i, o in enumerate(outs):
         expected = 11 - i if arch in ("clover2", "clover1") else 11
         assert o.shape == (2, expected, 64)
@@ -32,7 +32,7 @@ def test_forward_shapes_per_architecture(tiny, arch):
 
 
 def test_clover2_starts_from_the_official_initialization(tiny):
-    model = DraftModel.from_target(DraftConfig(), tiny)
+    model = build_draft(DraftConfig(), tiny)
     layers = tiny.model.get_decoder().layers
     torch.testing.assert_close(model.block.layers[1].mlp.down_proj.weight, layers[-1].mlp.down_proj.weight)
     torch.testing.assert_close(model.embed.weight, tiny.model.get_output_embeddings().weight)  # lm_head copy
@@ -44,7 +44,7 @@ def test_clover2_starts_from_the_official_initialization(tiny):
 
 def test_draft_vocabulary_keeps_only_its_rows(tiny):
     d2t = torch.tensor([5, 1, 9])
-    model = DraftModel.from_target(DraftConfig(draft_vocab=3), tiny, d2t=d2t)
+    model = build_draft(DraftConfig(draft_vocab=3), tiny, d2t=d2t)
     torch.testing.assert_close(model.lm_head.weight, tiny.model.get_output_embeddings().weight[d2t])
 
 
@@ -78,7 +78,7 @@ def test_hard_ce_ignores_tokens_outside_the_draft_vocabulary():
 
 
 def test_loss_counts_only_masked_positions_and_decays_by_head(tiny):
-    model = DraftModel.from_target(DraftConfig(num_heads=2), tiny)
+    model = build_draft(DraftConfig(num_heads=2), tiny)
     B, T, k = 2, 9, 4
     batch = Batch(h=torch.randn(B, T, 64), next_ids=torch.randint(0, VOCAB, (B, T)),
                   topk_ids=torch.randint(0, VOCAB, (B, T, k)), topk_p=torch.full((B, T, k), 0.25),
@@ -92,11 +92,11 @@ def test_loss_counts_only_masked_positions_and_decays_by_head(tiny):
     assert 0 <= m["head0_top1"] <= m["head0_top5"] <= 1
 
 
-@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("arch", ARCHITECTURES)
 @pytest.mark.parametrize("tree", ["eagle25", "dynamic"])
 def test_greedy_output_is_unchanged_by_any_draft(tiny, arch, tree):
     torch.manual_seed(0)
-    model = DraftModel.from_target(DraftConfig.for_arch(arch, num_heads=5), tiny).eval()
+    model = build_draft(DraftConfig.for_arch(arch, num_heads=5), tiny).eval()
     spec = EAGLE_25 if tree == "eagle25" else DynamicTree(budget=12, depth=4, top_k=4)
     for prompt in PROMPTS[:6]:
         with torch.no_grad():
@@ -106,11 +106,11 @@ def test_greedy_output_is_unchanged_by_any_draft(tiny, arch, tree):
 
 
 def test_draft_trees_have_the_requested_shape(tiny):
-    model = DraftModel.from_target(DraftConfig(), tiny).eval()
+    model = build_draft(DraftConfig(), tiny).eval()
     d = ModelDrafter(model, DynamicTree(budget=10, depth=3, top_k=4))
     prompt = PROMPTS[0]
     with torch.no_grad():
-        from clover2.decode import prefill
+        from clover2.decoding.decode import prefill
         cache = tiny.new_cache()
         d.begin(prompt, prefill(tiny, cache, prompt[:-1], hidden=True))
         draft = d.propose(prompt)

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from clover2.cli import main
-from clover2.decode import DecodeConfig, generate
-from clover2.drafters import PromptLookupDrafter
-from clover2.target import load_target
+from clover2.decoding.decode import DecodeConfig, generate
+from clover2.decoding.prompt_lookup import PromptLookupDrafter
+from clover2.decoding.target import load_target
 
 pytestmark = pytest.mark.slow
 

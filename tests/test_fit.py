@@ -5,13 +5,14 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 import torch
-
-from clover2.decode import DecodeConfig, generate
-from clover2.draft import DraftConfig, DraftModel
-from clover2.fit import FitConfig, _node_outcomes, Recording, fit_tree
-from clover2.model_drafter import DynamicTree, ModelDrafter
-
 from conftest import tiny_target
+
+from clover2.decoding.decode import DecodeConfig, generate
+from clover2.decoding.drafter import Recording
+from clover2.drafts import build_draft
+from clover2.drafts.config import DraftConfig
+from clover2.drafts.drafter import DynamicTree, ModelDrafter
+from clover2.measure.fit import FitConfig, _node_outcomes, fit_tree
 
 
 @pytest.mark.parametrize("arch", ["clover2", "eagle1", "medusa"])
@@ -20,7 +21,7 @@ def test_node_outcomes_reproduce_the_accepted_lengths_of_the_run(arch):
     per step must be exactly the draft tokens that step committed."""
     t = tiny_target("llama")
     torch.manual_seed(0)
-    model = DraftModel.from_target(DraftConfig.for_arch(arch, num_heads=3), t).eval()
+    model = build_draft(DraftConfig.for_arch(arch, num_heads=3), t).eval()
     rec = Recording(ModelDrafter(model, DynamicTree(budget=24, depth=3, top_k=8)))
     gen = generate(t, rec, [5, 6, 7, 8, 9, 10], DecodeConfig(max_new_tokens=40))
     nodes = pd.DataFrame(_node_outcomes(0, rec.drafts, gen.output_ids, gen.accept_lengths))

@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
+from conftest import tiny_target
 
 from clover2.cli import main
-from clover2.decode import DecodeConfig, generate
-from clover2.drafters import NoDrafter
+from clover2.decoding.decode import DecodeConfig, generate
+from clover2.decoding.drafter import NoDrafter
+from clover2.decoding.prompts import read_prompts
+from clover2.decoding.target import load_target, parse_dtype
 from clover2.errors import Clover2Error
-from clover2.prompts import read_prompts
-from clover2.target import load_target, parse_dtype
-
-from conftest import tiny_target
 
 
 def test_unknown_target_lists_the_built_in_ones():

@@ -3,22 +3,26 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import nbformat
 import papermill
 import pytest
-
-from clover2.checkpoint import save_draft
-from clover2.draft import DraftConfig, DraftModel
-from clover2.errors import Clover2Error
-from clover2.reproduce import NOTEBOOKS, REPO, run_notebooks
-from clover2.study import Study
-
 from conftest import tiny_target
+
+from clover2.drafts import build_draft
+from clover2.drafts.checkpoint import save_draft
+from clover2.drafts.config import DraftConfig
+from clover2.errors import Clover2Error
+from clover2.research.notebooks import NOTEBOOKS, run_notebooks
+from clover2.research.study import Study
+
+SOURCE = Path(__file__).resolve().parents[1] / "notebooks"
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)
 def test_every_notebook_has_one_parameters_cell_and_no_outputs(name):
-    nb = nbformat.read(REPO / "notebooks" / f"{name}.ipynb", as_version=4)
+    nb = nbformat.read(SOURCE / f"{name}.ipynb", as_version=4)
     tagged = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
     assert len(tagged) == 1 and "profile" in tagged[0].source
     assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code")
@@ -26,8 +30,8 @@ def test_every_notebook_has_one_parameters_cell_and_no_outputs(name):
 
 def test_unknown_profile_fails_in_the_first_cell_after_the_parameters(tmp_path):
     with pytest.raises(papermill.PapermillExecutionError) as err:
-        papermill.execute_notebook(REPO / "notebooks" / "04_speedup.ipynb", tmp_path / "out.ipynb",
-                                   parameters={"profile": "no-such-profile"}, cwd=str(REPO / "notebooks"),
+        papermill.execute_notebook(SOURCE / "04_speedup.ipynb", tmp_path / "out.ipynb",
+                                   parameters={"profile": "no-such-profile"}, cwd=str(SOURCE),
                                    progress_bar=False, kernel_name="python3")
     e = err.value
     assert e.ename == "Clover2Error" and "unknown profile 'no-such-profile'" in e.evalue
@@ -36,9 +40,11 @@ def test_unknown_profile_fails_in_the_first_cell_after_the_parameters(tmp_path):
 
 def test_unknown_notebook_or_profile_is_refused_before_any_runs():
     with pytest.raises(Clover2Error, match="unknown notebooks"):
-        run_notebooks("smoke", only=["06_extra"])
+        run_notebooks("smoke", source=SOURCE, only=["06_extra"])
     with pytest.raises(Clover2Error, match="unknown profile"):
-        run_notebooks("gpu-huge")
+        run_notebooks("gpu-huge", source=SOURCE)
+    with pytest.raises(Clover2Error, match="clone of the repository"):
+        run_notebooks("smoke", source=SOURCE.parent / "book")
 
 
 def test_missing_target_path_is_a_clear_error():
@@ -50,6 +56,6 @@ def test_missing_target_path_is_a_clear_error():
 def test_drafts_for_another_target_are_refused_at_open(tmp_path):
     other = tiny_target("llama")
     cfg = DraftConfig.for_arch("clover2", num_heads=2)
-    save_draft(tmp_path / "clover2", DraftModel.from_target(cfg, other), other, cfg, extra={})
+    save_draft(tmp_path / "clover2", build_draft(cfg, other), other, cfg, extra={})
     with pytest.raises(Clover2Error, match="trained for target"):
         Study.open("smoke", drafts=tmp_path)

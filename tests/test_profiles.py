@@ -11,11 +11,11 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, LlamaConfig
 
-from clover2.data import prepare_data
+from clover2.decoding.target import load_target, prepare_builtin
 from clover2.errors import Clover2Error
 from clover2.profiles import CONFIG_DIR, load_profile
-from clover2.study import VARIANTS, Study
-from clover2.target import load_target, prepare_builtin
+from clover2.research.study import VARIANTS, Study
+from clover2.training.data import prepare_data
 
 
 @pytest.mark.parametrize("name", sorted(p.stem for p in CONFIG_DIR.glob("*.yaml")))

@@ -20,7 +20,8 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from clover2.sampling import SamplingConfig, accept_tree, warp
+from clover2.decoding.sampling import SamplingConfig, accept_tree, warp
+from clover2.decoding.tree import Tree
 
 V, LENGTH, SAMPLES, ALPHA = 5, 3, 100_000, 1e-4
 
@@ -155,14 +156,14 @@ def test_all_children_rejected_and_zeros_in_p_and_q_give_no_nan():
     p = torch.tensor([[0.0, 1.0, 0.0], [1.0, 0.0, 0.0], [1.0, 0.0, 0.0]])
     q = torch.tensor([[1.0, 0.0, 0.0], [0.0, 0.0, 1.0]])  # both children propose tokens p never emits
     for _ in range(50):
-        path, last = accept_tree((-1, 0, 0), torch.tensor([0, 2]), q, p, g)
+        path, last = accept_tree(Tree(parents=(-1, 0, 0)), torch.tensor([0, 2]), q, p, g)
         assert path == [0] and last == 1
 
 
 # ---- end to end: the decode loop with real (tiny) models ---------------------------------------
 
 def _first_tokens(target, make_drafter, sampling, n, k=2):
-    from clover2.decode import DecodeConfig, generate
+    from clover2.decoding.decode import DecodeConfig, generate
 
     counts = np.zeros(target.config.vocab_size ** k)
     for i in range(n):
@@ -175,18 +176,19 @@ def _first_tokens(target, make_drafter, sampling, n, k=2):
 def test_speculative_sampling_matches_plain_sampling_end_to_end():
     """A tiny 8-token model: the first two sampled tokens with a Clover-2 draft (dynamic tree, top-p)
     and with prompt lookup follow plain sampling's distribution (two-sample chi-square)."""
+    from conftest import tiny_target
     from scipy.stats import chi2_contingency
 
-    from clover2.draft import DraftConfig, DraftModel
-    from clover2.drafters import NoDrafter, PromptLookupDrafter, PromptLookupConfig
-    from clover2.model_drafter import DynamicTree, ModelDrafter
-
-    from conftest import tiny_target
+    from clover2.decoding.drafter import NoDrafter
+    from clover2.decoding.prompt_lookup import PromptLookupConfig, PromptLookupDrafter
+    from clover2.drafts import build_draft
+    from clover2.drafts.config import DraftConfig
+    from clover2.drafts.drafter import DynamicTree, ModelDrafter
 
     target = tiny_target("llama", vocab=8)
     sampling = SamplingConfig(temperature=1.0, top_p=0.95)
     torch.manual_seed(0)
-    draft = DraftModel.from_target(DraftConfig(num_heads=3), target).eval()
+    draft = build_draft(DraftConfig(num_heads=3), target).eval()
     n = 3000
     plain = _first_tokens(target, lambda s: NoDrafter(), sampling, n)
     # The draft's own draws are seeded per sample too (from the same seed as the target's), as
@@ -200,10 +202,10 @@ def test_speculative_sampling_matches_plain_sampling_end_to_end():
 
 
 def test_same_seed_same_output_and_greedy_is_unchanged():
-    from clover2.decode import DecodeConfig, generate
-    from clover2.drafters import PromptLookupDrafter
-
     from conftest import tiny_target
+
+    from clover2.decoding.decode import DecodeConfig, generate
+    from clover2.decoding.prompt_lookup import PromptLookupDrafter
 
     target = tiny_target("qwen2")
     cfg = DecodeConfig(max_new_tokens=12, sampling=SamplingConfig(temperature=0.8, top_k=20, seed=7))

@@ -13,18 +13,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import VOCAB, tiny_target
 from safetensors.torch import load_file
 
-import clover2.train as train_mod
-from clover2.checkpoint import load_draft
-from clover2.data import ARRAYS, DistillData, finalize
-from clover2.draft import DraftConfig, DraftModel
+import clover2.training.train as train_mod
+from clover2.decoding.target import load_target
+from clover2.drafts import build_draft
+from clover2.drafts.checkpoint import load_draft
+from clover2.drafts.config import DraftConfig
 from clover2.errors import Clover2Error
 from clover2.files import write_json
-from clover2.target import load_target
-from clover2.train import TrainConfig, train
-
-from conftest import VOCAB, tiny_target
+from clover2.training.data import ARRAYS, DistillData, finalize
+from clover2.training.train import TrainConfig, train
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -86,7 +86,7 @@ def test_training_lowers_the_held_out_loss(target, data, tmp_path, arch):
     cfg = replace(CFG, max_steps=12, eval_every=12)
     dc = DraftConfig.for_arch(arch, num_heads=3)
     torch.manual_seed(cfg.seed)
-    untrained = DraftModel.from_target(dc, target)
+    untrained = build_draft(dc, target)
     first = train_mod.evaluate(untrained, DistillData(data), DistillData(data).split(cfg.held_out)[1],
                                torch.arange(VOCAB), cfg, target.device)
     final = train(target, data, tmp_path / arch, dc, cfg)
@@ -128,7 +128,7 @@ def test_two_torchrun_processes_match_one(tiny_folder, target, data, tmp_path):
                        "  max_steps: 4\n  eval_every: 2\n  eval_batches: 1\n  warmup_steps: 2\n  held_out: 0.2\n"
                        "draft:\n  num_heads: 3\n")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    common = ["-m", "clover2.cli", "train", "--config", str(profile), "--arch", "clover2", "--data", str(data)]
+    common = ["-m", "clover2.cli", "train", "--profile", str(profile), "--arch", "clover2", "--data", str(data)]
     subprocess.run([sys.executable, *common, "--out", str(tmp_path / "one")], check=True, env=env, cwd=ROOT,
                    capture_output=True)
     subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29517",

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from clover2.drafters import PromptLookupConfig, PromptLookupDrafter
+from clover2.decoding.prompt_lookup import PromptLookupConfig, PromptLookupDrafter
+from clover2.decoding.tree import EAGLE_25, MEDUSA_63, NO_DRAFT, Tree, preset
 from clover2.errors import Clover2Error
-from clover2.tree import EAGLE_25, MEDUSA_63, NO_DRAFT, Tree, preset
 
 
 def test_presets_have_the_published_shapes():
@@ -75,5 +75,5 @@ def test_prompt_lookup_config_rejects_nonsense(bad):
 
 def test_draft_tokens_must_match_the_tree():
     with pytest.raises(ValueError):
-        from clover2.tree import Draft
+        from clover2.decoding.tree import Draft
         Draft(EAGLE_25, torch.zeros(3, dtype=torch.long))

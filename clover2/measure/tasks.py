@@ -14,9 +14,9 @@ from pathlib import Path
 
 import numpy as np
 
+from clover2.decoding.prompts import PromptRecord, read_prompts
+from clover2.decoding.target import cache_root
 from clover2.errors import Clover2Error
-from clover2.prompts import PromptRecord, read_prompts
-from clover2.target import cache_root
 from clover2.wheels import wheel_file
 
 

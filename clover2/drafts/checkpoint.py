@@ -11,31 +11,26 @@ sidecar is incomplete, never half-valid.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict
 from pathlib import Path
 
-import torch
 from safetensors.torch import load_file, save_file
 
-from clover2.draft import DraftConfig, DraftModel
+from clover2.decoding.target import Target
+from clover2.drafts import build_draft
+from clover2.drafts.base import BORROWED, DraftModel
+from clover2.drafts.config import DraftConfig
 from clover2.errors import Clover2Error
-from clover2.files import sha256_file, write_json
-from clover2.target import Target
+from clover2.files import atomic_path, sha256_file, write_json
 
 WEIGHTS, SIDECAR = "draft.safetensors", "draft.json"
-# Frozen parts copied from the target: rebuilt from it at load time, so they are never stored.
-BORROWED = ("lm_head.", "embed.", "target_norm.")
 
 
 def save_draft(out: Path, model: DraftModel, target: Target, config: DraftConfig, *, extra: dict) -> Path:
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    tmp = out / f".{WEIGHTS}.tmp"
-    save_file({k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()
-               if not k.startswith(BORROWED)}, tmp)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, out / WEIGHTS)
+    with atomic_path(out / WEIGHTS) as tmp:
+        save_file({k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()
+                   if not k.startswith(BORROWED)}, tmp)
     write_json(out / SIDECAR, {"format": "clover2-draft/1", "draft_config": asdict(config),
                                "target": target.identity(), "draft_vocab_size": len(model.d2t),
                                "weights_sha256": sha256_file(out / WEIGHTS), **extra})
@@ -60,9 +55,12 @@ def load_draft(path: str | Path, target: Target) -> DraftModel:
     if diffs:
         raise Clover2Error(f"draft {path} was trained for target {want['name']!r}, not {have['name']!r} "
                            f"(they differ in {', '.join(diffs)})")
-    config = DraftConfig(**meta["draft_config"])
+    try:
+        config = DraftConfig(**meta["draft_config"])
+    except TypeError as e:
+        raise Clover2Error(f"{sidecar}: its draft config does not fit this version of clover2 ({e})") from None
     state = load_file(path / WEIGHTS)
-    model = DraftModel.from_target(config, target, d2t=state["d2t"].to(target.device))
+    model = build_draft(config, target, d2t=state["d2t"].to(target.device))
     missing, unexpected = model.load_state_dict(state, strict=False)
     if unexpected or any(not k.startswith(BORROWED) for k in missing):
         raise Clover2Error(f"{path / WEIGHTS} does not fit a {config.arch} draft "

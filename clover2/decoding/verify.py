@@ -5,7 +5,7 @@ q the draft. At temperature 0 the target's choice after node i is argmax p(. | p
 draft node is accepted when its token equals the target's choice after its parent and its
 parent is accepted. The step commits the deepest accepted node's path plus one *bonus* token,
 the target's own choice after that node, so every step yields at least one token (tau >= 1).
-At temperature > 0, `clover2.sampling.accept_tree` walks the tree by recursive rejection sampling.
+At temperature > 0, `clover2.decoding.sampling.accept_tree` walks the tree by recursive rejection sampling.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from clover2.sampling import SamplingConfig, accept_tree, warp
-from clover2.target import Target, TargetOutput
-from clover2.tree import Draft
+from clover2.decoding.sampling import SamplingConfig, accept_tree, warp
+from clover2.decoding.target import Target, TargetOutput
+from clover2.decoding.tree import Draft
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,7 @@ def verify(target: Target, cache, root: int, draft: Draft, *, hidden: bool = Fal
     input_ids = torch.cat([torch.tensor([root]), draft.tokens]).to(device)[None]  # (1, N)
     position_ids = (past + tree.depth).to(device)[None]  # (1, N)
     mask = torch.zeros(1, 1, tree.size, past + tree.size, dtype=target.dtype, device=device)
-    mask[0, 0, :, past:].masked_fill_(~tree.ancestors.to(device), torch.finfo(target.dtype).min)
+    mask[0, 0, :, past:].masked_fill_(~tree.ancestors.to(device), torch.finfo(target.dtype).min)  # ancestors only
     return target.forward(input_ids, position_ids, mask, cache, hidden=hidden)
 
 
@@ -59,6 +59,17 @@ def accept(draft: Draft, logits: torch.Tensor, sampling: SamplingConfig, generat
         return accept_greedy(draft, logits)
     p = warp(logits, sampling).cpu()  # (N, V) the target's sampling distribution after each node
     q = draft.q if draft.q is not None else F.one_hot(draft.tokens, p.shape[-1]).float()
-    path, last = accept_tree(draft.tree.parents, draft.tokens, q.cpu(), p, generator)
+    path, last = accept_tree(draft.tree, draft.tokens, q.cpu(), p, generator)
     nodes = torch.tensor(path)
     return Accepted(path=nodes, tokens=draft.tokens[nodes[1:] - 1].tolist() + [last])
+
+
+def accepted_nodes(draft: Draft, continuation: list[int]) -> list[bool]:
+    """Per draft node (1..N-1): whether its path equals the start of the target's greedy continuation,
+    which is exactly when greedy verification accepts it."""
+    out = []
+    for i in range(1, draft.tree.size):
+        path = draft.tree.ancestors[i].nonzero().flatten().tolist()  # root .. i (topological order)
+        tokens = [int(draft.tokens[j - 1]) for j in path[1:]]
+        out.append(tokens == continuation[:len(tokens)])
+    return out

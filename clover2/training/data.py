@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -30,12 +29,21 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from clover2.decoding.target import Target
 from clover2.errors import Clover2Error
-from clover2.losses import Batch
-from clover2.files import write_json
-from clover2.target import Target
+from clover2.files import atomic_path, same_config, write_json
 
 ARRAYS = ("ids", "hidden", "topk_ids", "topk_logp", "response")
+
+
+@dataclass(frozen=True)
+class Batch:
+    h: torch.Tensor  # (B, T, H) pre-norm target states
+    next_ids: torch.Tensor  # (B, T) x_{t+1} (0 past the end)
+    topk_ids: torch.Tensor  # (B, T, k) target's most likely next tokens after t, in draft-vocab ids (-1: outside)
+    topk_p: torch.Tensor  # (B, T, k) their probabilities
+    label_ids: torch.Tensor  # (B, T) x_{t+1} in draft-vocab ids (-1: outside the draft vocabulary)
+    mask: torch.Tensor  # (B, T) bool: x_{t+1} is a response token of a real (non-pad) position
 
 
 @dataclass(frozen=True)
@@ -67,7 +75,7 @@ def prepare_data(target: Target, prompts: list[list[str]], out: Path, config: Da
         if meta["target"] != identity:
             raise Clover2Error(f"{out} holds data made by another target ({meta['target']['name']}, "
                                f"fingerprint {meta['target']['fingerprint']}), not {identity['name']}")
-        if meta["config"] != asdict(config):
+        if not same_config(meta["config"], config):
             raise Clover2Error(f"{out} was made with another data config: {meta['config']}")
         if meta.get("complete"):
             return meta
@@ -171,9 +179,8 @@ def _write_shard(path: Path, target: Target, conversations: list[tuple[list[int]
     with torch.inference_mode():
         for ids, response in conversations:
             n = len(ids)
-            mask = torch.full((n, n), torch.finfo(target.dtype).min, dtype=target.dtype, device=target.device).triu(1)
             out = target.forward(torch.tensor([ids], device=target.device), torch.arange(n, device=target.device)[None],
-                                 mask[None, None], target.new_cache(), hidden=True)
+                                 target.causal_mask(n), target.new_cache(), hidden=True)
             top = torch.log_softmax(out.logits[0], dim=-1).topk(top_k, dim=-1)
             arrays["ids"].append(np.asarray(ids, dtype=np.int32))
             arrays["hidden"].append(out.hidden[0].float().cpu().numpy().astype(np.float16))
@@ -181,13 +188,11 @@ def _write_shard(path: Path, target: Target, conversations: list[tuple[list[int]
             arrays["topk_logp"].append(top.values.cpu().numpy().astype(np.float16))
             arrays["response"].append(np.asarray(response, dtype=bool))
             lengths.append(n)
-    tmp = path.with_name(f".{path.name}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    for a, parts in arrays.items():
-        np.save(tmp / f"{a}.npy", np.concatenate(parts))
-    np.save(tmp / "offsets.npy", np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64))
-    tmp.rename(path)
+    with atomic_path(path) as tmp:
+        tmp.mkdir()
+        for a, parts in arrays.items():
+            np.save(tmp / f"{a}.npy", np.concatenate(parts))
+        np.save(tmp / "offsets.npy", np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64))
 
 
 class DistillData:

@@ -11,13 +11,13 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import torch
 
-from clover2.checkpoint import BORROWED
-from clover2.decode import DecodeConfig, prefill, speculative_steps
-from clover2.draft import DraftModel
-from clover2.fit import Recording, accepted_nodes
-from clover2.model_drafter import ModelDrafter
-from clover2.target import Target
-from clover2.tree import EAGLE_25, Tree
+from clover2.decoding.decode import DecodeConfig, prefill, speculative_steps
+from clover2.decoding.drafter import Recording
+from clover2.decoding.target import Target
+from clover2.decoding.tree import EAGLE_25, Tree
+from clover2.decoding.verify import accepted_nodes
+from clover2.drafts.base import BORROWED, DraftModel, TreeAttention
+from clover2.drafts.drafter import ModelDrafter
 
 
 def parameter_table(model: DraftModel, target: Target) -> pd.DataFrame:
@@ -51,11 +51,8 @@ def trace_step(target: Target, model: DraftModel, prompt_ids: Sequence[int], *, 
 def draw_tree(trace: dict, ax=None):
     """The traced tree, depth left to right; accepted nodes filled."""
     parents = trace["parents"]
-    n = len(parents)
-    depth = [0] * n
-    for i in range(1, n):
-        depth[i] = depth[parents[i]] + 1
-    kids = {i: [c for c in range(n) if parents[c] == i] for i in range(n)}
+    tree = Tree(parents=tuple(parents))
+    n, depth, kids = tree.size, tree.depth.tolist(), tree.children
     y: dict[int, float] = {}
     for i in (i for i in range(n) if not kids[i]):  # leaves on consecutive rows, in tree order
         y[i] = float(len(y))
@@ -113,12 +110,12 @@ def component_costs(target: Target, model: DraftModel, prompt_ids: Sequence[int]
             if dcache.get_seq_length():
                 dcache.crop(-1)
         rows.append({"part": "draft: trunk over one new position", "ms": timed(trunk)})
-        expand = model.expander(root, dcache)
-        rows.append({"part": "draft: depth 0 (root head)", "ms": timed(lambda: expand([0], [-1], one[0], 0))})
+        rows.append({"part": "draft: depth 0 (root head)", "ms": timed(lambda: model.root_logits(root))})
         committed = dcache.get_seq_length()
+        attention = TreeAttention(committed, [[] for _ in range(width)]) if model.attends_to_tree else None
 
         def deeper():  # `width` children of the root, one batched call (EAGLE-1 adds KV entries: dropped)
-            model.expander(root, dcache)(list(range(1, width + 1)), [0] * width, one[0].repeat(width), 1)
+            model.step(root.expand(width, -1), one[0].repeat(width), 1, cache=dcache, attention=attention)
             if dcache.get_seq_length() > committed:
                 dcache.crop(committed - dcache.get_seq_length())
         rows.append({"part": f"draft: one deeper depth ({width} nodes)", "ms": timed(deeper)})

@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 
 import torch
 
-from clover2.cache import commit_path
-from clover2.drafters import Drafter
+from clover2.decoding.cache import commit_path
+from clover2.decoding.drafter import Drafter
+from clover2.decoding.sampling import SamplingConfig
+from clover2.decoding.target import Target
+from clover2.decoding.verify import accept, verify
 from clover2.errors import Clover2Error
-from clover2.target import Target
-from clover2.sampling import SamplingConfig
-from clover2.verify import accept, verify
 
 
 @dataclass(frozen=True)
@@ -156,9 +156,8 @@ def prefill(target: Target, cache, ids: list[int], *, hidden: bool) -> torch.Ten
     if not ids:
         return None
     n, device = len(ids), target.device
-    mask = torch.full((n, n), torch.finfo(target.dtype).min, dtype=target.dtype, device=device).triu(1)
     out = target.forward(torch.tensor([ids], device=device), torch.arange(n, device=device)[None],
-                         mask[None, None], cache, logits_to_keep=1, hidden=hidden)
+                         target.causal_mask(n), cache, logits_to_keep=1, hidden=hidden)
     return None if out.hidden is None else out.hidden[0]
 
 

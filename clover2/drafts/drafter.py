@@ -1,9 +1,10 @@
-"""Drafting token trees with a trained draft model (Clover-2, Clover-1, EAGLE-1, Medusa-1).
+"""Drafting token trees with a trained draft model (any class in `clover2.drafts.ARCHITECTURES`).
 
-Per step the drafter first brings its own sequence state up to date with what the target just
-committed (the *trunk*: Clover's Attention Decoder and Augmenting Block, or EAGLE-1's layer, with
-their own KV cache, fed the target's pre-norm hidden states and the tokens that followed them),
-then grows the tree depth by depth, one batched draft call per depth:
+Per step the drafter first brings the draft's sequence state up to date with what the target just
+committed (`DraftModel.advance`: fed the target's pre-norm hidden states and the tokens that
+followed them, with the draft's own KV cache), then grows the tree depth by depth, one batched
+`DraftModel.step` per depth. The drafter owns the tree (a `TreeBuilder`) and each node's state;
+the model only computes states and logits.
 
 - a **static** tree (rank paths such as EAGLE-1's 25-node tree): node (r1..rd) takes the rd-th
   most likely token of its parent's draft distribution;
@@ -14,10 +15,6 @@ At temperature 0 a node's children are its draft's most likely tokens. At temper
 drawn from the draft's warped distribution q (the target's temperature, top-k and top-p applied to
 the draft's logits) without replacement, and each node records the distribution its token was drawn
 from, so that verification by recursive rejection sampling keeps the target's distribution exactly.
-
-Node states: Clover's heads >= 1 are one RNN step per node (state = AD1(parent state, E(token)));
-Medusa's heads read the root state only; EAGLE-1 appends one entry per node to its KV cache and
-attends to the node's ancestors through a tree mask, like the target's verification.
 """
 
 from __future__ import annotations
@@ -27,11 +24,11 @@ from dataclasses import dataclass
 
 import torch
 
-from clover2.draft import DraftModel
-from clover2.drafters import Drafter
+from clover2.decoding.drafter import Drafter
+from clover2.decoding.sampling import SamplingConfig, draw_without_replacement, warp
+from clover2.decoding.tree import NO_DRAFT, Draft, Tree, TreeBuilder
+from clover2.drafts.base import DraftModel, TreeAttention
 from clover2.errors import Clover2Error
-from clover2.sampling import SamplingConfig, draw_without_replacement, warp
-from clover2.tree import NO_DRAFT, Draft, Tree
 
 
 @dataclass(frozen=True)
@@ -52,11 +49,12 @@ class ModelDrafter(Drafter):
         if isinstance(tree, Tree) and tree.ranks is None:
             raise Clover2Error("a static tree for a draft model must be given as rank paths")
         depth = tree.max_depth if isinstance(tree, Tree) else tree.depth
-        if depth > model.config.num_heads and model.config.arch == "medusa":
-            raise Clover2Error(f"tree depth {depth} exceeds Medusa's {model.config.num_heads} heads")
+        if model.max_tree_depth is not None and depth > model.max_tree_depth:
+            raise Clover2Error(f"tree depth {depth} exceeds the {model.max_tree_depth} heads of this {model.arch} draft")
         self.model, self.tree, self.sampling = model, tree, sampling
         self.device = next(model.parameters()).device
         self.vocab = model.target_config.vocab_size
+        self.begin([], None)
 
     # -- sequence state ---------------------------------------------------------------------
 
@@ -71,18 +69,16 @@ class ModelDrafter(Drafter):
         self.pending_next = self.pending_next + list(new_ids)
 
     def propose(self, ids: Sequence[int]) -> Draft:
-        m = self.model
-        h = self.pending_h.to(self.device, torch.float32)[None]  # (1, n, H)
-        nxt = torch.tensor(self.pending_next, device=self.device)[None]  # (1, n)
         if not self.pending_next:  # a one-token prompt: nothing to draft from yet
             return NO_DRAFT
-        root = m.advance(h, nxt, self.cache)  # trunk over the newly committed positions
+        h = self.pending_h.to(self.device, torch.float32)[None]  # (1, n, H)
+        nxt = torch.tensor(self.pending_next, device=self.device)[None]  # (1, n)
+        root = self.model.advance(h, nxt, self.cache)  # the sequence part over the newly committed positions
         self.pending_h, self.pending_next = self.pending_h[:0], []
-        committed = self.cache.get_seq_length()
-        expand = m.expander(root, self.cache)
-        draft = self._static(expand) if isinstance(self.tree, Tree) else self._dynamic(expand)
-        if self.cache.get_seq_length() > committed:  # EAGLE-1's entries for tree nodes
-            self.cache.crop(committed - self.cache.get_seq_length())
+        growth = _Growth(self.model, self.cache, root)
+        draft = self._static(growth) if isinstance(self.tree, Tree) else self._dynamic(growth)
+        if self.cache.get_seq_length() > growth.committed:  # entries the tree's nodes added (EAGLE-1)
+            self.cache.crop(growth.committed - self.cache.get_seq_length())
         return draft
 
     # -- tree growth ------------------------------------------------------------------------
@@ -103,68 +99,69 @@ class ModelDrafter(Drafter):
         full = [torch.zeros(self.vocab).index_copy_(0, d2t, d) for d in dists]
         return d2t[picks].tolist(), full, [float(q[i].log()) for i in picks]
 
-    def _static(self, expand) -> Draft:
-        tree = self.tree
-        children: dict[int, list[int]] = {}
-        for i in range(1, tree.size):
-            children.setdefault(tree.parents[i], []).append(i)
-        parent, token, qs, score = [-1], [0], [], [0.0]  # the tree actually drafted (sampling can leave nodes out)
-        placed = {0: 0}  # preset node -> drafted node
+    def _static(self, g: _Growth) -> Draft:
+        tree, children = self.tree, self.tree.children
+        placed = {0: 0}  # preset node -> drafted node (sampling can leave nodes out)
         for d in range(tree.max_depth):
-            rows = [p for p in range(tree.size) if int(tree.depth[p]) == d and p in children and p in placed]
+            rows = [p for p in range(tree.size) if int(tree.depth[p]) == d and children[p] and p in placed]
             if not rows:
                 break
-            nodes = [placed[p] for p in rows]
-            toks = torch.tensor([token[n] for n in nodes], device=self.device)
-            logits = expand(nodes, [parent[n] for n in nodes], toks, d)  # (n, V_draft)
+            logits = g.expand([placed[p] for p in rows], d)  # (n, V_draft)
             k = max(tree.ranks[c] for p in rows for c in children[p]) + 1
             for p, (picks, dists, logq) in zip(rows, self._choose(logits, k)):
                 for c in children[p]:
-                    if tree.ranks[c] < len(picks):
-                        placed[c] = len(parent)
-                        parent.append(placed[p])
-                        token.append(picks[tree.ranks[c]])
-                        qs.append(dists[tree.ranks[c]])
-                        score.append(score[placed[p]] + logq[tree.ranks[c]])
-        return _draft_parts(parent, token, qs, score, list(range(1, len(parent))))
+                    r = tree.ranks[c]
+                    if r < len(picks):
+                        placed[c] = g.nodes.add(placed[p], picks[r], score=g.nodes.score[placed[p]] + logq[r], q=dists[r])
+        return g.nodes.build()
 
-    def _dynamic(self, expand) -> Draft:
-        spec = self.tree
-        parent, token, score, depth, qs = [-1], [0], [0.0], [0], [None]
+    def _dynamic(self, g: _Growth) -> Draft:
+        spec, nodes = self.tree, g.nodes
         frontier = [0]
         for d in range(spec.depth):
-            toks = torch.tensor([token[i] for i in frontier], device=self.device)
-            logits = expand(frontier, [parent[i] for i in frontier], toks, d)
+            logits = g.expand(frontier, d)
             cand = []  # (cumulative log q, parent, token, q), in draw order per parent
             for node, (picks, dists, logq) in zip(frontier, self._choose(logits, spec.top_k)):
-                cand += [(score[node] + lq, node, x, qd) for x, qd, lq in zip(picks, dists, logq)]
+                cand += [(nodes.score[node] + lq, node, x, qd) for x, qd, lq in zip(picks, dists, logq)]
             if self.sampling.greedy:  # EAGLE-2: the best candidates across the frontier
                 cand = sorted(cand, key=lambda c: -c[0])[: spec.top_k]
             else:
                 # A sampled node may not be kept or dropped for its own token: that would bias what
                 # verification sees. Keep every draw (in draw order) up to the budget; choose only
                 # which nodes to expand next by their scores.
-                cand = cand[: max(0, spec.budget - (len(parent) - 1))]
-            new = []
-            for s, node, x, qd in cand:
-                parent.append(node), token.append(x), score.append(s), depth.append(d + 1), qs.append(qd)
-                new.append(len(parent) - 1)
-            frontier = sorted(new, key=lambda i: -score[i])[: spec.top_k]
+                cand = cand[: max(0, spec.budget - (len(nodes) - 1))]
+            new = [nodes.add(node, x, score=s, q=qd) for s, node, x, qd in cand]
+            frontier = sorted(new, key=lambda i: -nodes.score[i])[: spec.top_k]
             if not frontier:
                 break
-        if self.sampling.greedy:  # the best `budget` nodes; a child never outscores its parent
-            keep = sorted(range(1, len(parent)), key=lambda i: (-score[i], depth[i]))[: spec.budget]
-            keep.sort(key=lambda i: (depth[i], i))
-        else:
-            keep = list(range(1, len(parent)))
-        return _draft_parts(parent, token, qs[1:], score, keep)
+        if not self.sampling.greedy:
+            return nodes.build()
+        # the best `budget` nodes; a child never outscores its parent, so they form a tree
+        return nodes.build(sorted(range(1, len(nodes)), key=lambda i: (-nodes.score[i], nodes.depth[i]))[: spec.budget])
 
 
-def _draft_parts(parent: list[int], token: list[int], qs: list, score: list[float], keep: list[int]) -> Draft:
-    """The draft of nodes `keep` (in topological order): tree, tokens, q (None when greedy), scores."""
-    index = {0: 0} | {old: k + 1 for k, old in enumerate(keep)}
-    tree = Tree(parents=(-1, *(index[parent[i]] for i in keep)))
-    tokens = torch.tensor([token[i] for i in keep], dtype=torch.long)
-    chosen = [qs[i - 1] for i in keep]
-    q = torch.stack(chosen) if chosen and chosen[0] is not None else None
-    return Draft(tree, tokens, q, torch.tensor([score[i] for i in keep]))
+class _Growth:
+    """One step's tree under construction and the draft state of each of its nodes."""
+
+    def __init__(self, model: DraftModel, cache, root: torch.Tensor):
+        self.model, self.cache, self.root = model, cache, root  # root: (1, H)
+        self.committed = cache.get_seq_length()
+        self.nodes = TreeBuilder()
+        self.states: dict[int, torch.Tensor] = {0: root[0]}  # node -> its draft state (H,)
+        self.slot: dict[int, int] = {}  # node -> its entry in the draft cache (drafts that attend to the tree)
+
+    def expand(self, frontier: list[int], depth: int) -> torch.Tensor:
+        """Draft logits `(n, V_draft)` of the children of the frontier nodes, all at `depth`."""
+        if depth == 0:
+            return self.model.root_logits(self.root)
+        nodes = self.nodes
+        parents = torch.stack([self.states[nodes.parent[n]] for n in frontier])
+        tokens = torch.tensor([nodes.token[n] for n in frontier], device=parents.device)
+        attention, past = None, self.cache.get_seq_length()
+        if self.model.attends_to_tree:
+            attention = TreeAttention(self.committed, [[self.slot[a] for a in nodes.path(n)[:-1]] for n in frontier])
+            self.slot |= {n: past + row for row, n in enumerate(frontier)}
+        states, logits = self.model.step(parents, tokens, depth, cache=self.cache, attention=attention)
+        for row, n in enumerate(frontier):
+            self.states[n] = states[row]
+        return logits

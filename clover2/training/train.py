@@ -20,13 +20,15 @@ import torch
 import torch.distributed as dist
 from tqdm.auto import tqdm
 
-from clover2.checkpoint import save_draft
-from clover2.data import DistillData
-from clover2.draft import DraftConfig, DraftModel
+from clover2.decoding.target import Target
+from clover2.drafts import build_draft
+from clover2.drafts.base import DraftModel
+from clover2.drafts.checkpoint import save_draft
+from clover2.drafts.config import DraftConfig
 from clover2.errors import Clover2Error
-from clover2.files import write_json
-from clover2.losses import Batch, draft_loss, head_counts
-from clover2.target import Target
+from clover2.files import atomic_path, same_config
+from clover2.training.data import Batch, DistillData
+from clover2.training.losses import draft_loss, head_counts
 
 
 @dataclass(frozen=True)
@@ -70,9 +72,8 @@ def train(target: Target, data_dir: Path, out: Path, draft_config: DraftConfig, 
         freq = data.token_frequencies(V, train_idx)
         d2t = torch.from_numpy(np.argsort(-freq, kind="stable")[: draft_config.draft_vocab].copy())
     torch.manual_seed(config.seed)
-    model = DraftModel.from_target(draft_config, target, d2t=d2t)
-    if hasattr(model, "ad0"):
-        model.ad0.gain.fill_(draft_config.value_gain or _auto_gain(model, data))
+    model = build_draft(draft_config, target, d2t=d2t)
+    model.adapt_to(torch.from_numpy(np.asarray(data.shards[0]["hidden"][:4096], dtype=np.float32)))
     t2d = torch.full((V,), -1, dtype=torch.long)
     t2d[model.d2t] = torch.arange(len(model.d2t))
     params = [p for p in model.parameters() if p.requires_grad]
@@ -82,7 +83,7 @@ def train(target: Target, data_dir: Path, out: Path, draft_config: DraftConfig, 
     ckpt = out / "checkpoint"
     if (ckpt / "state.pt").exists():
         saved = torch.load(ckpt / "state.pt", weights_only=False)
-        if saved["draft_config"] != asdict(draft_config) or saved["train_config"] != asdict(config):
+        if not (same_config(saved["draft_config"], draft_config) and same_config(saved["train_config"], config)):
             raise Clover2Error(f"{ckpt} was written with other settings; use another --out or the same settings")
         model.load_state_dict(saved["model"])
         opt.load_state_dict(saved["optimizer"])
@@ -106,7 +107,7 @@ def train(target: Target, data_dir: Path, out: Path, draft_config: DraftConfig, 
         local = glob[rank * len(glob) // world:(rank + 1) * len(glob) // world]
         start = time.perf_counter()
         batch = data.batch(local, max_len=config.max_len, t2d=t2d)
-        counts = head_counts(batch, draft_config.trained_heads)
+        counts = head_counts(batch, model.trained_heads)
         if world > 1:
             dist.all_reduce(counts)
         model.train()
@@ -170,24 +171,16 @@ def evaluate(model: DraftModel, data: DistillData, eval_idx: list[int], t2d: tor
     return {k: v / max(1, n) for k, v in sums.items()}
 
 
-def _auto_gain(model: DraftModel, data: DistillData) -> float:
-    """RMS of the target's hidden states (first 4096 stored tokens) over RMS of the token embeddings."""
-    h = torch.from_numpy(np.asarray(data.shards[0]["hidden"][:4096], dtype=np.float32))
-    return float(h.pow(2).mean().sqrt() / model.embed.weight.float().pow(2).mean().sqrt())
-
-
 def _to(batch: Batch, device) -> Batch:
     return Batch(**{f: getattr(batch, f).to(device) for f in batch.__dataclass_fields__})
 
 
 def _save_state(ckpt: Path, model, opt, sched, state, draft_config, config) -> None:
     """The resumable training state, replaced atomically."""
-    ckpt.mkdir(parents=True, exist_ok=True)
-    tmp = ckpt / "state.pt.tmp"
-    torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
-                "rng": torch.get_rng_state(), "state": state, "draft_config": asdict(draft_config),
-                "train_config": asdict(config)}, tmp)
-    os.replace(tmp, ckpt / "state.pt")
+    with atomic_path(ckpt / "state.pt") as tmp:
+        torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
+                    "rng": torch.get_rng_state(), "state": state, "draft_config": asdict(draft_config),
+                    "train_config": asdict(config)}, tmp)
 
 
 def _append_jsonl(path: Path, row: dict) -> None:

@@ -1,0 +1,56 @@
+"""Drafters (the paper's q): propose a token tree for the current state, observe what was kept.
+
+The decoder calls `begin` once per sequence, then per step `propose` and `observe`. A drafter
+that reads the target's hidden states sets `needs_hidden`; it then receives the last hidden
+state before the final norm for every position whose KV entry was committed. Implementations:
+`NoDrafter` (plain decoding), `clover2.decoding.prompt_lookup.PromptLookupDrafter` and
+`clover2.drafts.ModelDrafter` (the trained draft models).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+
+import torch
+
+from clover2.decoding.tree import NO_DRAFT, Draft
+
+
+class Drafter(ABC):
+    needs_hidden: bool = False  # does `observe` need the target's pre-norm hidden states?
+
+    def begin(self, prompt_ids: Sequence[int], hidden: torch.Tensor | None) -> None:
+        """A new sequence: `hidden` `(P - 1, H)` covers every prompt position but the last."""
+
+    @abstractmethod
+    def propose(self, ids: Sequence[int]) -> Draft:
+        """A draft tree rooted at `ids[-1]`, the last committed token."""
+
+    def observe(self, new_ids: Sequence[int], hidden: torch.Tensor | None) -> None:
+        """Tokens committed this step; `hidden` `(len(new_ids), H)` at the positions now cached."""
+
+
+class NoDrafter(Drafter):
+    """Plain autoregressive decoding: the empty tree, verified by the same forward path."""
+
+    def propose(self, ids: Sequence[int]) -> Draft:
+        return NO_DRAFT
+
+
+class Recording(Drafter):
+    """Passes a drafter through, keeping every draft it proposes (tree fitting, traced steps)."""
+
+    def __init__(self, inner: Drafter):
+        self.inner, self.needs_hidden, self.drafts = inner, inner.needs_hidden, []
+
+    def begin(self, prompt_ids, hidden):
+        self.inner.begin(prompt_ids, hidden)
+
+    def propose(self, ids) -> Draft:
+        draft = self.inner.propose(ids)
+        self.drafts.append(draft)
+        return draft
+
+    def observe(self, new_ids, hidden):
+        self.inner.observe(new_ids, hidden)

@@ -1,0 +1,151 @@
+"""What every draft model (the paper's q) shares: the frozen parts it borrows from the target, and
+the interface the trainer and the drafter call.
+
+Notation: `h_t` is the target's last hidden state before the final norm at position t, `x_{t+1}`
+the token that follows it, `E` a token embedding. Draft head i, read at position t, predicts
+x_{t+2+i}: head 0 proposes the children of the tree's root, head i the nodes at depth i+1.
+
+The LM head is always the target's, frozen. With `draft_vocab = k` it keeps only the rows of the
+k most frequent training tokens (`d2t` maps draft ids back to target ids), which cuts the
+dominant cost of drafting on a CPU.
+
+A subclass per architecture (`clover.py`, `eagle.py`, `medusa.py`) implements:
+
+- training: `_heads(h, next_ids)`, the per-head vectors fed to the LM head (teacher forcing);
+- decoding: `advance` (the sequence part, over newly committed positions), `root_logits` (depth 0)
+  and `step` (the states of a batch of tree nodes from their parents' states and their own tokens,
+  and the logits of their children). The drafter (`clover2.drafts.drafter`) grows the tree and
+  keeps the per-node states; a model only computes.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+from torch import nn
+from transformers import DynamicCache
+
+from clover2.decoding.hf_compat import final_norm_like
+from clover2.decoding.target import Target
+from clover2.drafts.config import DraftConfig
+
+# Parameter-name prefixes of the parts copied from the target: rebuilt from it at load time, never stored.
+BORROWED = ("lm_head.", "embed.", "target_norm.")
+
+
+@dataclass(frozen=True)
+class TreeAttention:
+    """For drafts whose step attends over the tree (EAGLE-1): where the nodes of one call sit.
+
+    The draft's KV cache holds `committed` sequence entries, then one entry per tree node already
+    stepped; `visible[r]` lists the cache slots of row r's tree ancestors (the root excluded: it is
+    committed), which row r attends to besides the sequence and itself.
+    """
+
+    committed: int
+    visible: list[list[int]]
+
+
+class DraftModel(nn.Module):
+    """A draft for one target: trainable parts, plus frozen copies of what it borrows from the target."""
+
+    arch: ClassVar[str]  # the registry name (clover2.drafts.ARCHITECTURES)
+    recipe: ClassVar[dict] = {}  # the architecture's own DraftConfig fields
+    attends_to_tree: ClassVar[bool] = False  # does `step` need a TreeAttention and the draft cache?
+
+    def __init__(self, config: DraftConfig, target_config, *, d2t: torch.Tensor | None = None):
+        super().__init__()
+        self.config = config
+        text = target_config.get_text_config()
+        self.target_config = text
+        H, V = text.hidden_size, text.vocab_size
+        vocab = len(d2t) if d2t is not None else V
+        # Frozen parts borrowed from the target (buffers: they load with the draft, never train).
+        self.register_buffer("d2t", d2t if d2t is not None else torch.arange(V), persistent=True)
+        self.lm_head = nn.Linear(H, vocab, bias=False).requires_grad_(False)
+        self.embed = nn.Embedding(V, H).requires_grad_(False)
+        self.target_norm = copy.deepcopy(final_norm_like(text)).requires_grad_(False)
+
+    @classmethod
+    def from_target(cls, config: DraftConfig, target: Target, *, d2t: torch.Tensor | None = None) -> DraftModel:
+        """A fresh draft for `target`: borrowed parts copied, trained parts initialized as the official code does."""
+        model = cls(config, target.config, d2t=d2t).to(target.device)
+        tm = target.model
+        with torch.no_grad():
+            head = tm.get_output_embeddings().weight.float()
+            model.lm_head.weight.copy_(head[model.d2t])
+            emb = head if config.embedding == "lm_head" else tm.get_input_embeddings().weight.float()
+            model.embed.weight.copy_(emb)
+            model.target_norm.load_state_dict(tm.get_decoder().norm.state_dict())
+            model._init_from(tm)
+        return model.float()
+
+    def _init_from(self, target_model: nn.Module) -> None:
+        """Copy target weights into the trained parts that start from them (none by default)."""
+
+    def adapt_to(self, hidden: torch.Tensor) -> None:
+        """Set data-dependent constants from a sample of target states `(n, H)` before training (none by default)."""
+
+    # -- training -----------------------------------------------------------------------------
+
+    def forward(self, h: torch.Tensor, next_ids: torch.Tensor) -> list[torch.Tensor]:
+        """Per trained head i, the vectors fed to the LM head at positions 0..T-1-i.
+
+        `h`: `(B, T, H)` pre-norm target states; `next_ids`: `(B, T)`, next_ids[:, t] = x_{t+1}.
+        Head i's output at t predicts x_{t+2+i}. In training, inputs get `input_noise`.
+        """
+        if self.config.input_noise and self.training:
+            h = h + (torch.rand_like(h) - 0.5) * 2 * self.config.input_noise
+        return self._heads(h, next_ids)
+
+    def _heads(self, h: torch.Tensor, next_ids: torch.Tensor) -> list[torch.Tensor]:
+        raise NotImplementedError
+
+    @property
+    def trained_heads(self) -> int:
+        """Heads with a loss of their own."""
+        return self.config.num_heads
+
+    def regression_targets(self, h: torch.Tensor) -> torch.Tensor:
+        """What head outputs are regressed to: the target's normed state."""
+        return self.target_norm(h)
+
+    def logits(self, o: torch.Tensor) -> torch.Tensor:
+        """Draft-vocabulary logits (float32) from head outputs."""
+        return self.lm_head(o).float()
+
+    # -- decoding -----------------------------------------------------------------------------
+
+    @property
+    def max_tree_depth(self) -> int | None:
+        """The deepest tree this draft can grow (None: any depth)."""
+        return None
+
+    def new_cache(self) -> DynamicCache:
+        return DynamicCache()
+
+    def advance(self, h: torch.Tensor, next_ids: torch.Tensor, cache: DynamicCache) -> torch.Tensor:
+        """Feed newly committed positions (`(1, n, H)` states, `(1, n)` following tokens); the root state `(1, H)`."""
+        raise NotImplementedError
+
+    def root_logits(self, root: torch.Tensor) -> torch.Tensor:
+        """Draft logits `(1, V_draft)` of the root's children, from the root state `(1, H)`."""
+        raise NotImplementedError
+
+    def step(self, parents: torch.Tensor, tokens: torch.Tensor, depth: int, *, cache: DynamicCache,
+             attention: TreeAttention | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """States `(n, H)` of n tree nodes at `depth` >= 1 from their parents' states `(n, H)` and their
+        tokens `(n,)`, and the draft logits `(n, V_draft)` of their children."""
+        raise NotImplementedError
+
+
+def copy_layers(target_model: nn.Module, block: nn.Module, which: str) -> None:
+    """Initialize a `decoder_stack`'s layers from the target's `which` ("last" or "first") layers."""
+    layers = target_model.get_decoder().layers
+    n = len(block.layers)
+    source = range(len(layers) - n, len(layers)) if which == "last" else range(n)
+    for mine, theirs in zip(block.layers, source):
+        mine.load_state_dict(layers[theirs].state_dict())

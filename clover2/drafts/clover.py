@@ -1,0 +1,124 @@
+"""Clover-2 (as its official code builds it) and Clover-1 (the same parts without Clover-2's enhancements).
+
+- **Clover-2**: an Attention Decoder fuses h_t with E(x_{t+1}) *before* a 2-layer Augmenting Block of
+  the target's own decoder-layer class (causal over the sequence, initialized from target layers,
+  followed by its own norm), then an FC output projector and a shared head norm feed the frozen LM
+  head. Heads i >= 1 are one regressive RNN step, shared across heads: the Attention Decoder #1
+  fuses the previous head's state with the embedding of the token chosen at the previous depth, and
+  FC([state; E(token)]) projects it.
+- **Clover-1** (reconstructed: the paper body is not reachable): the token is fused *after* a 1-layer
+  Augmenting Block, no output projector (the state goes straight to the head norm and LM head), and
+  no distillation (hard labels only). Its switches are Clover-2's ablations, so it is Clover-2 with
+  another recipe.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from clover2.decoding.hf_compat import decoder_stack, run_stack
+from clover2.drafts.base import DraftModel, TreeAttention, copy_layers
+
+
+class AttentionDecoder(nn.Module):
+    """Clover's Attention Decoder: the state queries one key, the token embedding.
+
+    With a single key, attention reduces to a per-head gate: the cosine of query and key scales
+    the value (no softmax, no output projection), added to the state. Starts near identity.
+    """
+
+    def __init__(self, hidden: int, heads: int, eps: float):
+        super().__init__()
+        self.heads = heads
+        self.register_buffer("gain", torch.ones(()))  # scale of the value path (see DraftConfig.value_gain)
+        self.norm = nn.RMSNorm(hidden, eps=eps)
+        self.q, self.k, self.v = (nn.Linear(hidden, hidden) for _ in range(3))
+        with torch.no_grad():
+            for lin, eye in ((self.q, 1.0), (self.k, 1.0), (self.v, 0.0)):
+                lin.weight.uniform_(0, 0.01).add_(eye * torch.eye(hidden))
+                lin.bias.zero_()
+
+    def forward(self, h: torch.Tensor, e: torch.Tensor) -> torch.Tensor:
+        split = lambda x: x.unflatten(-1, (self.heads, -1))  # noqa: E731  (..., H) -> (..., nh, dh)
+        gate = F.cosine_similarity(split(self.q(self.norm(h))), split(self.k(e)), dim=-1)  # (..., nh)
+        return h + self.gain * (gate[..., None] * split(self.v(e))).flatten(-2)
+
+
+def _near_identity(lin: nn.Linear, hidden: int) -> nn.Linear:
+    with torch.no_grad():
+        lin.weight.uniform_(0, 0.01)
+        lin.weight[:, :hidden] += torch.eye(hidden)
+        lin.bias.zero_()
+    return lin
+
+
+class Clover2Draft(DraftModel):
+    arch = "clover2"
+
+    def __init__(self, config, target_config, *, d2t=None):
+        super().__init__(config, target_config, d2t=d2t)
+        text = self.target_config
+        H, eps = text.hidden_size, getattr(text, "rms_norm_eps", 1e-6)
+        self.block = decoder_stack(text, config.aug_layers, final_norm=True)  # the Augmenting Block
+        self.ad0 = AttentionDecoder(H, text.num_attention_heads, eps)
+        self.ad1 = AttentionDecoder(H, text.num_attention_heads, eps)
+        self.head_norm = copy.deepcopy(self.target_norm).requires_grad_(True)
+        if config.output_projector:
+            self.fc0 = _near_identity(nn.Linear(H, H), H)
+            self.fc1 = _near_identity(nn.Linear(2 * H, H), H)
+
+    def _init_from(self, target_model):
+        """The Augmenting Block starts from the target's last (or first) layers and its final norm."""
+        norm = target_model.get_decoder().norm.state_dict()
+        self.head_norm.load_state_dict(norm)
+        copy_layers(target_model, self.block, self.config.init_layer)
+        self.block.norm.load_state_dict(norm)
+
+    def adapt_to(self, hidden):
+        """`value_gain: 0` (auto): the target's hidden-state RMS over the token embeddings' RMS."""
+        gain = self.config.value_gain or float(hidden.pow(2).mean().sqrt() / self.embed.weight.float().pow(2).mean().sqrt())
+        self.ad0.gain.fill_(gain)
+
+    def _heads(self, h, next_ids):
+        e = self.embed(next_ids)  # (B, T, H): E(x_{t+1})
+        s = self._trunk(h, e)
+        outs = [self._project(s, None)]
+        for i in range(1, self.config.num_heads):
+            s, e_i = s[:, :-1], e[:, i:]  # state at t paired with E(x_{t+1+i})
+            s = self.ad1(s, e_i)
+            outs.append(self._project(s, e_i))
+        return outs
+
+    def advance(self, h, next_ids, cache):
+        past = cache.get_seq_length()
+        pos = torch.arange(past, past + h.shape[1], device=h.device)[None]
+        return self._trunk(h, self.embed(next_ids), cache=cache, position_ids=pos)[:, -1]
+
+    def root_logits(self, root):
+        return self.logits(self._project(root, None))
+
+    def step(self, parents, tokens, depth, *, cache, attention: TreeAttention | None = None):
+        e = self.embed(tokens)  # (n, H)
+        s = self.ad1(parents, e)  # one RNN step per node
+        return s, self.logits(self._project(s, e))
+
+    def _trunk(self, h, e, *, cache=None, position_ids=None):
+        """The sequence part: Attention Decoder #0 and the Augmenting Block, in either order."""
+        if self.config.extraction == "before":
+            return run_stack(self.block, self.ad0(h, e), cache=cache, position_ids=position_ids)
+        return self.ad0(run_stack(self.block, h, cache=cache, position_ids=position_ids), e)
+
+    def _project(self, s, e):
+        """The vector the LM head reads, from a head state (and, for heads >= 1, the token)."""
+        if self.config.output_projector:
+            s = self.fc0(s) if e is None else self.fc1(torch.cat([s, e], -1))
+        return self.head_norm(s)
+
+
+class Clover1Draft(Clover2Draft):
+    arch = "clover1"
+    recipe = dict(extraction="after", output_projector=False, aug_layers=1, loss="hard", regression_weight=0.0)

@@ -1,0 +1,55 @@
+"""The draft configuration: one frozen dataclass for every architecture, stored beside each checkpoint.
+
+Each architecture's own recipe (`DraftModel.recipe` of its class) sets the fields it differs in;
+the profile's `draft` section and the ablations override single fields on top of it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from clover2.errors import Clover2Error
+
+
+@dataclass(frozen=True)
+class DraftConfig:
+    arch: str = "clover2"  # a name in clover2.drafts.ARCHITECTURES: clover2 | clover1 | eagle1 | medusa
+    num_heads: int = 5  # draft depths: tokens proposed ahead of the root along one path
+    aug_layers: int = 2  # decoder layers in the Augmenting Block (EAGLE-1: its single layer)
+    extraction: str = "before"  # fuse the next token "before" the Augmenting Block (Clover-2) or "after" (Clover-1)
+    output_projector: bool = True  # FC projectors between the state and the head norm (Clover-2)
+    embedding: str = "lm_head"  # token embedding: frozen copy of the "lm_head" (official) or the target's "input" one
+    draft_vocab: int = 0  # 0: the full vocabulary; k: the k most frequent training tokens
+    init_layer: str = "last"  # Augmenting Block starts from the target's "last" layers or its "first" ones
+    loss: str = "distill"  # distill: soft CE + regression (Clover-2); hard: CE on the data; eagle: EAGLE-1's
+    ce_weight: float = 1.0  # weight of the cross-entropy term
+    regression_weight: float = 10.0  # weight of SmoothL1 to the target's (normed) hidden state
+    head_decay: float = 0.7  # head i's loss is scaled by head_decay ** i
+    input_noise: float = 0.0  # uniform noise half-width on input features (EAGLE-1 trains with 0.1)
+    # Scale of Attention Decoder #0's value path (the token entering the trunk). 1 is the official
+    # code; 0 means "auto": the ratio of the target's hidden-state RMS to the embedding RMS, measured
+    # on the training data, so that the token is not drowned in a large residual stream.
+    value_gain: float = 1.0
+
+    def __post_init__(self):
+        from clover2.drafts import ARCHITECTURES  # the registry imports the models, which import this module
+
+        choices = {"arch": tuple(ARCHITECTURES), "extraction": ("before", "after"), "embedding": ("lm_head", "input"),
+                   "init_layer": ("last", "first"), "loss": ("distill", "hard", "eagle")}
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise Clover2Error(f"draft config: {name}={getattr(self, name)!r}, expected one of {allowed}")
+        if self.num_heads < 1 or self.aug_layers < 0 or self.draft_vocab < 0:
+            raise Clover2Error(f"draft config: num_heads >= 1, aug_layers >= 0, draft_vocab >= 0 needed: {self}")
+
+    @classmethod
+    def for_arch(cls, arch: str, **overrides) -> DraftConfig:
+        """Each architecture's own recipe; `overrides` switch single parts (the ablations)."""
+        from clover2.drafts import ARCHITECTURES
+
+        if arch not in ARCHITECTURES:
+            raise Clover2Error(f"unknown architecture {arch!r}; known: {', '.join(ARCHITECTURES)}")
+        unknown = set(overrides) - {f.name for f in fields(cls)}
+        if unknown:
+            raise Clover2Error(f"unknown draft config fields: {sorted(unknown)}")
+        return cls(arch=arch, **(ARCHITECTURES[arch].recipe | overrides))

@@ -1,0 +1,231 @@
+"""The benchmark: methods interleaved prompt by prompt on the configured tasks and temperatures.
+
+The machine is shared and noisy, so a method is only ever compared with plain decoding measured
+in the same run, on the same prompt, moments apart: speedups are per-prompt ratios, summarized
+by their median with a bootstrap interval. Every result carries the environment it came from.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+import transformers
+from tqdm.auto import tqdm
+
+from clover2.decoding.decode import DecodeConfig, generate
+from clover2.decoding.prompts import first_turn_ids
+from clover2.decoding.sampling import SamplingConfig
+from clover2.decoding.target import Target
+from clover2.decoding.tree import Tree
+from clover2.drafts.base import DraftModel
+from clover2.drafts.checkpoint import SIDECAR
+from clover2.drafts.drafter import DynamicTree
+from clover2.errors import Clover2Error
+from clover2.files import write_csv, write_json
+from clover2.measure.fit import FitConfig, calibrate, cost_curve, fit_tree
+from clover2.measure.methods import HF_METHODS, MethodSpec, drafter_factory, load_draft_for
+from clover2.measure.provenance import environment
+from clover2.measure.tasks import SPEC_BENCH_TASKS, load_task
+
+
+@dataclass(frozen=True)
+class Run:
+    output_ids: list[int]
+    seconds: float
+    accept_lengths: list[int] | None  # None for methods that do not report steps (HF generate)
+    draft_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class Method:
+    """One benchmarked method: its spec and the function generating an answer to a prompt."""
+
+    spec: MethodSpec
+    run: Callable[[list[int]], Run]
+
+    @property
+    def label(self) -> str:
+        return self.spec.label
+
+    @property
+    def temperature(self) -> float:
+        return self.spec.temperature
+
+
+def make_method(spec: MethodSpec | str, target: Target, config: DecodeConfig, *, draft: DraftModel | None = None,
+                tree: Tree | DynamicTree | None = None) -> Method:
+    """clover2's loop with a drafter (`ar`, `pld`, a draft architecture), or Hugging Face `generate`
+    (`hf`, `hf-pld`), at the temperature of `config`."""
+    spec = MethodSpec.parse(spec) if isinstance(spec, str) else spec
+    spec = replace(spec, temperature=config.sampling.temperature)
+    sp = config.sampling
+    if spec.name not in HF_METHODS:
+        make = drafter_factory(spec, target, draft=draft, tree=tree, sampling=sp)
+
+        def run(prompt: list[int]) -> Run:
+            g = generate(target, make(), prompt, config)
+            return Run(g.output_ids, g.seconds, g.accept_lengths, sum(s.draft_s for s in g.steps))
+        return Method(spec, run)
+    gen_config = target.model.generation_config.to_dict() | {
+        "do_sample": not sp.greedy, "max_new_tokens": config.max_new_tokens, "num_beams": 1,
+        "eos_token_id": list(target.eos_token_ids) or None, "temperature": sp.temperature or None,
+        "top_p": sp.top_p, "top_k": sp.top_k or None,
+        "prompt_lookup_num_tokens": 10 if spec.name == "hf-pld" else None}
+
+    def run_hf(prompt: list[int]) -> Run:
+        ids = torch.tensor([prompt], device=target.device)
+        start = time.perf_counter()
+        torch.manual_seed(sp.seed)  # HF generate samples from the global generator
+        with torch.inference_mode():
+            out = target.model.generate(ids, attention_mask=torch.ones_like(ids),
+                                        generation_config=transformers.GenerationConfig(**gen_config))
+        return Run(out[0, len(prompt):].tolist(), time.perf_counter() - start, None)
+    return Method(spec, run_hf)
+
+
+def interleaved(methods: list[Method], prompts: dict[str, list[int]], *, repeats: int = 1,
+                categories: dict[str, str] | None = None) -> pd.DataFrame:
+    """Run every method on every prompt, rotating the order per prompt; one row per run.
+
+    Each method is compared with plain decoding (`ar`) at its own temperature, run on the same
+    prompt moments apart. A warm-up run of each method on the first prompt is excluded.
+    `identical` says whether a greedy method's output equals plain greedy decoding's.
+    """
+    labels = [(m.label, m.temperature) for m in methods]
+    if len(set(labels)) != len(labels):
+        raise Clover2Error(f"a method is listed twice: {labels}")
+    for t in {m.temperature for m in methods}:
+        if ("ar", t) not in labels:
+            raise Clover2Error(f"methods at temperature {t} need the reference 'ar' at that temperature")
+    first = next(iter(prompts.values()))
+    for m in methods:
+        m.run(first)
+    rows = []
+    jobs = [(r, pid) for r in range(repeats) for pid in prompts]
+    for k, (r, pid) in enumerate(tqdm(jobs, desc="prompts", unit="prompt")):
+        order = methods[k % len(methods):] + methods[: k % len(methods)]
+        runs = {}
+        for m in order:
+            if torch.cuda.is_available():
+                torch.cuda.reset_peak_memory_stats()
+            runs[m.label, m.temperature] = m.run(prompts[pid]), (
+                torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() else float("nan"))
+        for m in methods:
+            run, peak = runs[m.label, m.temperature]
+            ref = runs["ar", m.temperature][0]
+            n = len(run.output_ids)
+            rows.append({"method": m.label, "tree": m.spec.tree, "temperature": m.temperature, "prompt": pid,
+                         "task": (categories or {}).get(pid, ""), "repeat": r, "new_tokens": n,
+                         "seconds": run.seconds, "tokens_per_s": n / run.seconds,
+                         "speedup": (n / run.seconds) / (len(ref.output_ids) / ref.seconds),
+                         "steps": len(run.accept_lengths) if run.accept_lengths else float("nan"),
+                         "draft_share": run.draft_s / run.seconds, "peak_mem_mb": peak,
+                         "identical": float(run.output_ids == ref.output_ids) if m.temperature == 0 else float("nan")})
+    return pd.DataFrame(rows)
+
+
+def summarize(df: pd.DataFrame, *, seed: int = 0, n_boot: int = 2000) -> pd.DataFrame:
+    """The tidy table: one row per method x task x temperature, plus task `overall` per method.
+
+    tau counts the bonus token (tokens per target forward; the paper's convention is tau - 1,
+    given beside it); speedup is the median per-prompt ratio to plain decoding at the same
+    temperature, with a 95% bootstrap interval."""
+    rng = np.random.default_rng(seed)
+    keys = ["method", "tree", "temperature"]
+    groups = [(*k, "overall", g) for k, g in df.groupby(keys, sort=False)]
+    if df.task.nunique() > 1:
+        groups += [k + (g,) for k, g in df.groupby(keys + ["task"], sort=False)]
+    rows = []
+    for method, tree, temperature, task, g in groups:
+        s = g.speedup.to_numpy()
+        boot = np.median(rng.choice(s, size=(n_boot, len(s))), axis=1)
+        tau = g.new_tokens.sum() / g.steps.sum() if g.steps.notna().all() else float("nan")
+        rows.append({"method": method, "tree": tree, "task": task, "temperature": temperature,
+                     "n_prompts": g.prompt.nunique(), "n_runs": len(g), "tau": tau, "tau_minus_1": tau - 1,
+                     "tokens_per_s": g.tokens_per_s.median(), "speedup": float(np.median(s)),
+                     "speedup_lo": float(np.quantile(boot, 0.025)), "speedup_hi": float(np.quantile(boot, 0.975)),
+                     "draft_share": g.draft_share.median(), "identical_frac": g.identical.mean(),
+                     "peak_mem_mb": g.peak_mem_mb.max()})
+    return pd.DataFrame(rows)
+
+
+# ---- the configured benchmark: tasks x methods x temperatures, with trees fitted to this machine ----
+
+@dataclass(frozen=True)
+class BenchConfig:
+    # Built-in task names (clover2.measure.tasks.TASKS) or prompts .jsonl files such as Spec-Bench's
+    # question.jsonl (sampled per category). Default: the Spec-Bench six.
+    tasks: tuple[str, ...] = SPEC_BENCH_TASKS
+    n_per_task: int = 10  # seeded sample per task (per category of a .jsonl file)
+    max_new_tokens: int = 128
+    # Method specs NAME[@TREE][/TEMPERATURE][=DRAFT_PATH]; TREE is a preset, dynamic:B:D:K, or
+    # `fitted` (the tree fitted to this machine, clover2.measure.fit); drafts default to DRAFTS/NAME.
+    methods: tuple[str, ...] = ("ar", "pld", "hf-pld", "clover2@eagle25", "clover2@fitted")
+    top_p: float = 1.0  # applied to the methods at temperature > 0
+    top_k: int = 0
+    repeats: int = 1
+    seed: int = 0  # task samples and sampling
+    fit: FitConfig = FitConfig()  # calibration of `fitted` trees
+
+    def __post_init__(self):
+        if not self.tasks or not self.methods:
+            raise Clover2Error("bench config: give at least one task and one method")
+        if min(self.n_per_task, self.max_new_tokens, self.repeats) < 1:
+            raise Clover2Error(f"bench config: n_per_task, max_new_tokens and repeats must be >= 1: {self}")
+        for spec in self.methods:
+            MethodSpec.parse(spec)
+
+
+def run_bench(target: Target, config: BenchConfig, drafts: Mapping[str, Path] | Path | None, out: Path) -> pd.DataFrame:
+    """Measure every method on every task side by side; write runs.csv, bench.csv, env.json (and,
+    for fitted trees, cost_curve.csv and fit_<arch>.csv) into `out`. Draft methods without a path
+    take `drafts[name]` (a mapping) or `drafts/<name>` (a folder). Returns the bench table."""
+    folder = (lambda name: drafts.get(name)) if isinstance(drafts, Mapping) else \
+        (lambda name: drafts / name if drafts else None)
+    specs = [MethodSpec.parse(s) for s in config.methods]
+    specs = [replace(s, draft=folder(s.name)) if s.is_draft and s.draft is None else s for s in specs]
+    models = {s.draft: load_draft_for(s, target) for s in specs if s.is_draft}  # each loaded once, before any work
+    records, calibration = [], []
+    for task in config.tasks:
+        every = load_task(task)
+        chosen = load_task(task, config.n_per_task, config.seed)
+        records += chosen
+        calibration += [r for r in every if r not in chosen]
+    env = environment(target) | {"bench": asdict(config), "drafts": {  # by content, not by (machine) path
+        s.name: {"folder": s.draft.name, "weights_sha256": json.loads((s.draft / SIDECAR).read_text())["weights_sha256"]}
+        for s in specs if s.is_draft}}
+    trees: dict[Path, DynamicTree] = {}  # fitted tree per draft folder
+    fitted = {s.draft: s.name for s in specs if s.tree == "fitted"}
+    if fitted:
+        curve = cost_curve(target, prefix=min(200, target.context_length - 65))
+        write_csv(out / "cost_curve.csv", curve)
+        rng = np.random.default_rng(config.seed)
+        picks = rng.choice(len(calibration), size=min(config.fit.prompts, len(calibration)), replace=False)
+        calib = [first_turn_ids(target, calibration[i]) for i in picks]
+        for path, name in fitted.items():
+            trees[path], table = fit_tree(calibrate(target, models[path], calib, config.fit), curve, config.fit)
+            write_csv(out / f"fit_{name}.csv", table)
+            env.setdefault("fitted_trees", {})[name] = asdict(trees[path]) | {
+                "predicted_speedup": float(table.predicted_speedup.max())}
+    methods = []
+    for s in specs:
+        sampling = SamplingConfig(temperature=s.temperature, top_p=config.top_p if s.temperature else 1.0,
+                                  top_k=config.top_k if s.temperature else 0, seed=config.seed)
+        decode = DecodeConfig(max_new_tokens=config.max_new_tokens, sampling=sampling)
+        methods.append(make_method(s, target, decode, draft=models.get(s.draft), tree=trees.get(s.draft)
+                                   if s.tree == "fitted" else None))
+    runs = interleaved(methods, {r.id: first_turn_ids(target, r) for r in records}, repeats=config.repeats,
+                       categories={r.id: r.category for r in records})
+    table = summarize(runs, seed=config.seed)
+    write_csv(out / "runs.csv", runs)
+    write_csv(out / "bench.csv", table)
+    write_json(out / "env.json", env | {"peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024})
+    return table

@@ -1,0 +1,108 @@
+"""Decoding methods by name: the spec grammar `NAME[@TREE][/TEMPERATURE][=DRAFT_PATH]`, parsed once
+into a `MethodSpec`, and the drafter each one decodes with.
+
+Names: `ar` (plain decoding), `pld` (prompt lookup), `hf` and `hf-pld` (Hugging Face `generate`,
+plain and with its prompt lookup; benchmark only), and every draft architecture in
+`clover2.drafts.ARCHITECTURES`, which takes a tree: a static preset (`eagle25`, `medusa63`,
+`chainK`), EAGLE-2's dynamic tree `dynamic:BUDGET:DEPTH:TOPK`, or `fitted` (the dynamic tree fitted
+to the machine by `clover2.measure.fit`, benchmark only).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from clover2.decoding.drafter import Drafter, NoDrafter
+from clover2.decoding.prompt_lookup import PromptLookupDrafter
+from clover2.decoding.sampling import SamplingConfig
+from clover2.decoding.target import Target
+from clover2.decoding.tree import Tree, preset
+from clover2.drafts import ARCHITECTURES
+from clover2.drafts.base import DraftModel
+from clover2.drafts.checkpoint import load_draft
+from clover2.drafts.drafter import DynamicTree, ModelDrafter
+from clover2.errors import Clover2Error
+
+BASELINES: dict[str, type[Drafter]] = {"ar": NoDrafter, "pld": PromptLookupDrafter}  # drafters without a model
+HF_METHODS = ("hf", "hf-pld")  # Hugging Face generate, for reference
+DEFAULT_TREE = "eagle25"
+
+
+def method_names() -> tuple[str, ...]:
+    return (*BASELINES, *HF_METHODS, *ARCHITECTURES)
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    name: str  # one of method_names()
+    tree: str = ""  # draft methods: a preset, dynamic:B:D:K or fitted; "" for the others
+    temperature: float = 0.0  # 0: greedy; > 0: lossless sampling
+    draft: Path | None = None  # draft methods: the trained draft's folder (None: the caller's default)
+
+    @classmethod
+    def parse(cls, spec: str, default_temperature: float = 0.0) -> MethodSpec:
+        """`NAME[@TREE][/TEMPERATURE][=DRAFT_PATH]`, e.g. `clover2@dynamic:60:6:10/1=drafts/clover2`."""
+        rest, _, path = spec.strip().partition("=")
+        rest, slash, temp = rest.partition("/")
+        name, _, tree = rest.partition("@")
+        if name not in method_names():
+            raise Clover2Error(f"unknown method {name!r} in {spec!r}; known: {', '.join(method_names())}")
+        if tree and name not in ARCHITECTURES:
+            raise Clover2Error(f"{spec!r}: only draft methods ({', '.join(ARCHITECTURES)}) take a tree")
+        try:
+            temperature = float(temp) if slash else default_temperature
+        except ValueError:
+            raise Clover2Error(f"{spec!r}: the temperature after '/' must be a number") from None
+        if temperature < 0:
+            raise Clover2Error(f"{spec!r}: the temperature must be >= 0")
+        if tree and tree != "fitted":
+            parse_tree(tree)  # a bad tree fails here, not hours later
+        return cls(name, tree or (DEFAULT_TREE if name in ARCHITECTURES else ""), temperature,
+                   Path(path) if path else None)
+
+    @property
+    def label(self) -> str:
+        """The name in tables: `name@tree` for draft methods, `name` otherwise."""
+        return f"{self.name}@{self.tree}" if self.tree else self.name
+
+    @property
+    def is_draft(self) -> bool:
+        return self.name in ARCHITECTURES
+
+
+def parse_tree(spec: str) -> Tree | DynamicTree:
+    """A static preset name (eagle25, medusa63, chainK) or `dynamic:BUDGET:DEPTH:TOPK`."""
+    if spec.startswith("dynamic"):
+        try:
+            return DynamicTree(*map(int, spec.split(":")[1:]))
+        except (TypeError, ValueError):
+            raise Clover2Error(f"bad dynamic tree {spec!r}; write dynamic:BUDGET:DEPTH:TOPK, e.g. dynamic:24:5:8") from None
+    return preset(spec)
+
+
+def load_draft_for(spec: MethodSpec, target: Target) -> DraftModel:
+    """The trained draft a draft method names, checked against the target and the architecture."""
+    if spec.draft is None:
+        raise Clover2Error(f"method {spec.label!r} needs a draft folder (NAME=PATH)")
+    model = load_draft(spec.draft, target)
+    if model.arch != spec.name:
+        raise Clover2Error(f"{spec.draft} holds a {model.arch} draft, not {spec.name}")
+    return model
+
+
+def drafter_factory(spec: MethodSpec, target: Target, *, draft: DraftModel | None = None,
+                    tree: Tree | DynamicTree | None = None,
+                    sampling: SamplingConfig = SamplingConfig()) -> Callable[[], Drafter]:
+    """A function making a fresh drafter per generation. Draft methods use `draft` (else the one in
+    `spec.draft`) with `tree` (else the spec's tree, which must not be `fitted`)."""
+    if spec.name in BASELINES:
+        return BASELINES[spec.name]
+    if not spec.is_draft:
+        raise Clover2Error(f"method {spec.name!r} decodes with Hugging Face generate, not with a drafter")
+    if tree is None and spec.tree == "fitted":
+        raise Clover2Error("a fitted tree is chosen by the benchmark (clover2 bench), not given by name")
+    model = draft if draft is not None else load_draft_for(spec, target)
+    shape = tree if tree is not None else parse_tree(spec.tree)
+    return lambda: ModelDrafter(model, shape, sampling)

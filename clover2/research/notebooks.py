@@ -1,0 +1,63 @@
+"""The notebooks executed with papermill for a profile: what `make reproduce` runs.
+
+Each notebook of a checkout's `notebooks/` folder (committed without outputs) runs with `profile`,
+`results` and any extra parameters injected after its `parameters` cell, in that folder, and its
+executed copy is written atomically to `<results>/<profile>/notebooks/`. Papermill's injected-parameters cell
+is tagged `remove-cell` and stderr (progress bars, warnings) is dropped from the outputs, so the book
+shows the notebook's own parameters cell and the results; the progress is streamed to the terminal
+while the notebooks run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+import papermill
+from tqdm.auto import tqdm
+
+from clover2.errors import Clover2Error
+from clover2.files import atomic_path
+from clover2.paths import results_root
+from clover2.profiles import load_profile
+
+NOTEBOOKS = ("01_architecture", "02_distillation", "03_ablations", "04_speedup", "05_figures")
+
+
+def run_notebooks(profile: str | None = None, *, source: str | Path = "notebooks", results: str | Path | None = None,
+                  only: list[str] | None = None, parameters: dict | None = None, kernel: str = "python3") -> list[Path]:
+    """Execute the notebooks in `source` (all, or `only` these) for `profile`, writing their results and
+    executed copies under `results/<profile>/` (default: `$CLOVER2_RESULTS`, else ./results)."""
+    prof = load_profile(profile)  # an unknown profile fails here, before any notebook runs
+    source = Path(source).resolve()
+    if not all((source / f"{nb}.ipynb").is_file() for nb in NOTEBOOKS):
+        raise Clover2Error(f"{source} does not hold clover2's notebooks; they come with a clone of the "
+                           "repository (run from its top folder, or give --notebooks DIR)")
+    chosen = list(only or NOTEBOOKS)
+    unknown = [n for n in chosen if n not in NOTEBOOKS]
+    if unknown:
+        raise Clover2Error(f"unknown notebooks {unknown}; known: {', '.join(NOTEBOOKS)}")
+    folder = (Path(results).resolve() if results else results_root()) / prof.name
+    written = []
+    for nb in tqdm(chosen, desc=f"notebooks ({prof.name})", unit="notebook"):
+        out = folder / "notebooks" / f"{nb}.ipynb"
+        with atomic_path(out) as tmp:
+            papermill.execute_notebook(source / f"{nb}.ipynb", tmp, kernel_name=kernel,
+                                       parameters={"profile": profile or prof.name, "results": str(folder),
+                                                   **(parameters or {})},
+                                       cwd=str(source), progress_bar=True, log_output=True)
+            nbformat.write(for_the_book(nbformat.read(tmp, as_version=4)), tmp)
+        written.append(out)
+    return written
+
+
+def for_the_book(nb):
+    """Hide papermill's injected-parameters cell and drop stderr outputs (progress bars, warnings:
+    the run's log, shown on the terminal while it runs, not a result)."""
+    for cell in nb.cells:
+        tags = cell.metadata.setdefault("tags", [])
+        if "injected-parameters" in tags and "remove-cell" not in tags:
+            tags.append("remove-cell")
+        if cell.cell_type == "code":
+            cell.outputs = [o for o in cell.outputs if not (o.output_type == "stream" and o.name == "stderr")]
+    return nb

@@ -1,0 +1,205 @@
+"""The research workflow behind the notebooks: one profile, its target, data, drafts and results.
+
+Notebooks stay thin: a `parameters` cell, then `study = Study.open(profile, target=...)`, which
+checks every parameter at once (an unknown profile, a target path that does not exist, a drafts
+folder holding drafts for another target), so a bad one fails in the first cell with a clear
+message.
+
+Inputs and outputs are kept apart. Every long step is cached under `$CLOVER2_CACHE` and keyed by
+its exact inputs and by the hash of the code that makes it (`clover2.measure.provenance`): data by
+the data settings, the target and the data code; each draft by its settings, the data and the
+training code; a benchmark run by its settings, the target, the drafts' weights, the machine and
+the whole package. A changed algorithm or input therefore never reuses a stale entry, and an
+interrupted step resumes. What the book shows is copied to `results/<profile>/` (outputs only,
+never read back), beside `profile.yaml` (the resolved profile) and `provenance.json`.
+
+Draft *variants* are the architectures and the paper's ablations, each a name for an architecture
+plus the `DraftConfig` switches it changes (`VARIANTS`); all train on the same data with the same
+budget, so that every difference comes from the architecture or the loss.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import pandas as pd
+import yaml
+from tqdm.auto import tqdm
+
+from clover2.decoding.decode import DecodeConfig, generate
+from clover2.decoding.prompts import first_turn_ids
+from clover2.decoding.target import Target, load_target
+from clover2.drafts.checkpoint import SIDECAR, load_draft
+from clover2.drafts.drafter import ModelDrafter
+from clover2.errors import Clover2Error
+from clover2.files import atomic_path, jsonable, same_config, stable_hash, write_json, write_text
+from clover2.measure.bench import run_bench
+from clover2.measure.methods import MethodSpec, parse_tree
+from clover2.measure.provenance import code_version, commit, machine
+from clover2.measure.tasks import load_task
+from clover2.paths import cache_root, results_root
+from clover2.profiles import Profile, load_profile
+from clover2.training.corpora import sharegpt_user_turns
+from clover2.training.data import prepare_data
+from clover2.training.train import train
+
+VARIANTS: dict[str, tuple[str, dict]] = {
+    # the architectures compared in the paper
+    "medusa": ("medusa", {}),
+    "eagle1": ("eagle1", {}),
+    "clover1": ("clover1", {}),
+    "clover2": ("clover2", {}),
+    # Clover-2 with one enhancement removed (the paper's ablation table)
+    "clover2-extraction-after": ("clover2", {"extraction": "after"}),  # token fused after the block
+    "clover2-no-projector": ("clover2", {"output_projector": False}),  # no FC output projectors
+    "clover2-1-layer-block": ("clover2", {"aug_layers": 1}),  # the weaker Augmenting Block
+    "clover2-hard-labels": ("clover2", {"loss": "hard", "regression_weight": 0.0}),  # no distillation
+    # the distillation loss's other parts
+    "clover2-no-regression": ("clover2", {"regression_weight": 0.0}),
+    "clover2-no-decay": ("clover2", {"head_decay": 1.0}),
+    # embedding and vocabulary options
+    "clover2-input-embedding": ("clover2", {"embedding": "input"}),
+    "clover2-full-vocab": ("clover2", {"draft_vocab": 0}),
+}
+
+
+@dataclass
+class Study:
+    profile: Profile
+    target: Target
+    results: Path  # results/<profile>: what the book shows (outputs only)
+    drafts_given: Path | None = None  # a folder of drafts the user supplies (None: trained into the cache)
+
+    @classmethod
+    def open(cls, profile: str | None = None, *, target: str | None = None, drafts: str | Path | None = None,
+             results: str | Path | None = None) -> Study:
+        """Check the parameters and load the target: the first cell of every notebook.
+
+        `profile` None is the default profile (`$CLOVER2_PROFILE`, else `cpu`); `results` None is
+        `$CLOVER2_RESULTS/<profile>`, else `results/<profile>` in the current folder."""
+        prof = load_profile(profile)
+        study = cls(profile=prof, target=load_target(target or prof.target, dtype=prof.dtype, device=prof.device),
+                    results=Path(results) if results else results_root() / prof.name,
+                    drafts_given=Path(drafts) if drafts else None)
+        for sidecar in sorted(study.drafts_given.glob(f"*/{SIDECAR}")) if study.drafts_given else []:
+            load_draft(sidecar.parent, study.target)  # drafts the user gave must fit this target
+        study.results.mkdir(parents=True, exist_ok=True)
+        write_text(study.results / "profile.yaml", yaml.safe_dump(jsonable(asdict(prof) | {"target": study.target.name}),
+                                                                   sort_keys=False))
+        write_json(study.results / "provenance.json", {"commit": commit(), "code": code_version(), **machine()})
+        return study
+
+    def chapter(self, name: str) -> Path:
+        """The results folder of one notebook (created)."""
+        out = self.results / name
+        out.mkdir(parents=True, exist_ok=True)
+        return out
+
+    # -- data and drafts ----------------------------------------------------------------------
+
+    @property
+    def data_dir(self) -> Path:
+        """The target-labelled training data, keyed by its settings, the target and the code that makes it."""
+        key = stable_hash({"data": asdict(self.profile.data), "target": self.target.identity(),
+                           "code": code_version("decoding", "training/data.py", "training/corpora.py")})
+        return cache_root() / "data" / self.profile.name / key
+
+    def draft_dir(self, variant: str) -> Path:
+        """Where a variant's draft lives: the given drafts folder, or the cache keyed by everything it came from."""
+        if self.drafts_given:
+            return self.drafts_given / variant
+        key = stable_hash({"draft": asdict(self._draft_config(variant)), "train": asdict(self.profile.train),
+                           "data": self.data_dir.name, "code": code_version("decoding", "drafts", "training")})
+        return cache_root() / "drafts" / self.profile.name / f"{variant}-{key}"
+
+    def prepare_data(self) -> dict:
+        """The target answers the profile's ShareGPT prompts (resumes; instant when done)."""
+        return prepare_data(self.target, sharegpt_user_turns(), self.data_dir, self.profile.data)
+
+    def draft(self, variant: str) -> Path:
+        """The trained draft of `variant`, training it first if needed (resumes an interrupted run).
+        Its sidecar and metrics log are copied to results/<profile>/drafts/<variant>/."""
+        config, out = self._draft_config(variant), self.draft_dir(variant)
+        if (out / SIDECAR).exists():
+            meta = json.loads((out / SIDECAR).read_text())
+            if not (same_config(meta.get("draft_config"), config) and same_config(meta.get("train_config"), self.profile.train)):
+                raise Clover2Error(f"{out} holds a {variant} draft trained with other settings than profile "
+                                   f"{self.profile.name!r}; move it away (or pass another drafts folder) to retrain")
+        else:
+            self.prepare_data()
+            train(self.target, self.data_dir, out, config, self.profile.train)
+        keep = self.chapter(f"drafts/{variant}")
+        for name in (SIDECAR, "metrics.jsonl"):
+            shutil.copyfile(out / name, keep / name)
+        return out
+
+    def _draft_config(self, variant: str):
+        if variant not in VARIANTS:
+            raise Clover2Error(f"unknown draft variant {variant!r}; known: {', '.join(VARIANTS)}")
+        arch, overrides = VARIANTS[variant]
+        return self.profile.draft_config(arch, **overrides)
+
+    def metrics(self, variants: list[str]) -> pd.DataFrame:
+        """Training logs of the variants, one row per evaluation, in long form per head."""
+        rows = []
+        for v in variants:
+            for line in (self.draft(v) / "metrics.jsonl").read_text().splitlines():
+                m = json.loads(line)
+                heads = sorted({int(k.split("_")[1][4:]) for k in m if k.startswith("eval_head")})
+                rows += [{"variant": v, "step": m["step"], "train_seconds": m["train_seconds"], "head": h,
+                          "loss": m.get(f"eval_head{h}_loss"), "top1": m.get(f"eval_head{h}_top1"),
+                          "top5": m.get(f"eval_head{h}_top5")} for h in heads]
+        return pd.DataFrame(rows)
+
+    def final_metrics(self, variants: list[str]) -> pd.DataFrame:
+        """Each variant's last held-out evaluation, one row per head."""
+        m = self.metrics(variants)
+        return m[m.step == m.groupby("variant").step.transform("max")].reset_index(drop=True)
+
+    # -- measurements -------------------------------------------------------------------------
+
+    def tau(self, variants: list[str], *, tasks: tuple[str, ...] | None = None, n_per_task: int | None = None,
+            max_new_tokens: int | None = None, tree: str = "eagle25") -> pd.DataFrame:
+        """Greedy tau (tokens per target forward, bonus included) of each variant per task, on the same
+        prompts and tree. Greedy tau does not depend on timing, so no plain-decoding pairs are needed."""
+        n_per_task = n_per_task or self.profile.study.ablation_n_per_task
+        max_new_tokens = max_new_tokens or self.profile.study.ablation_max_new_tokens
+        records = [r for t in (tasks or self.profile.bench.tasks) for r in load_task(t, n_per_task)]
+        prompts = [(r.category, first_turn_ids(self.target, r)) for r in records]
+        config, shape, rows = DecodeConfig(max_new_tokens=max_new_tokens), parse_tree(tree), []
+        for v in variants:
+            model = load_draft(self.draft(v), self.target)
+            for task, ids in tqdm(prompts, desc=f"tau {v}", unit="prompt"):
+                g = generate(self.target, ModelDrafter(model, shape), ids, config)
+                rows.append({"variant": v, "task": task, "tokens": len(g.output_ids), "steps": len(g.steps)})
+        df = pd.DataFrame(rows)
+        per_task = df.groupby(["variant", "task"], sort=False)[["tokens", "steps"]].sum().reset_index()
+        overall = df.groupby("variant", sort=False)[["tokens", "steps"]].sum().reset_index().assign(task="overall")
+        out = pd.concat([per_task, overall], ignore_index=True)
+        out["tau"] = out.tokens / out.steps
+        return out
+
+    def bench(self, name: str = "bench", *, rerun: bool = False, **overrides) -> pd.DataFrame:
+        """The profile's benchmark (fields of BenchConfig overridable) into results/<profile>/<name>/.
+
+        Drafts it names are trained first. A finished run is taken from the cache only when
+        everything it depends on is unchanged (settings, target, drafts' weights, machine, code);
+        `rerun` measures again regardless."""
+        config = replace(self.profile.bench, **{k: tuple(v) if isinstance(v, list) else v for k, v in overrides.items()})
+        specs = [MethodSpec.parse(s) for s in config.methods]
+        drafts = {s.name: self.draft(s.name) for s in specs if s.is_draft and s.draft is None}
+        key = stable_hash({"bench": asdict(config), "target": self.target.identity(), "dtype": str(self.target.dtype),
+                           "device": str(self.target.device), "machine": machine(), "code": code_version(),
+                           "drafts": {n: json.loads((p / SIDECAR).read_text())["weights_sha256"] for n, p in drafts.items()}})
+        cached = cache_root() / "bench" / self.profile.name / f"{name}-{key}"
+        if rerun or not (cached / "bench.csv").exists():
+            with atomic_path(cached) as tmp:
+                run_bench(self.target, config, drafts, tmp)
+        out = self.results / name
+        shutil.rmtree(out, ignore_errors=True)
+        shutil.copytree(cached, out)
+        return pd.read_csv(out / "bench.csv")
+

@@ -1,0 +1,81 @@
+"""The package as a user installs it: declared dependencies match the imports, and a wheel built
+from the checkout works outside it (profiles found as package data, results where the user says)."""
+
+from __future__ import annotations
+
+import ast
+import importlib.metadata
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "clover2"
+# Declared but never imported by clover2's own code, each for a reason.
+NOT_IMPORTED = {"gguf": "transformers reads the built-in GGUF target with it",
+                "ipykernel": "the kernel papermill and nbmake run the notebooks in",
+                "jupyter-book": "builds the book (a command, not a library)"}
+
+
+def _imports(folder: Path) -> set[str]:
+    """Top-level third-party distributions imported by the modules under `folder`."""
+    names = set()
+    for path in folder.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names.add(node.module.split(".")[0])
+    dists = importlib.metadata.packages_distributions()
+    return {d.lower() for n in names - {"clover2"} - set(sys.stdlib_module_names) for d in dists.get(n, [n])}
+
+
+def _declared() -> dict[str, set[str]]:
+    """pyproject's dependencies as installed: extra name ("" for core) -> distribution names."""
+    out: dict[str, set[str]] = {}
+    for req in importlib.metadata.requires("clover2") or []:
+        name = re.match(r"[A-Za-z0-9_.-]+", req).group(0).lower().replace("_", "-")
+        extra = re.search(r'extra == "([^"]+)"', req)
+        out.setdefault(extra.group(1) if extra else "", set()).add(name)
+    return out
+
+
+def test_declared_dependencies_are_the_imported_ones():
+    declared = _declared()
+    core, book, adapter = declared[""], declared["book"], declared["adapter"]
+    research = _imports(PACKAGE / "research")
+    library = _imports(PACKAGE) - research - {"peft"}  # peft: imported only to merge a LoRA adapter
+    assert library <= core, f"imported by the library but not declared in core: {library - core}"
+    assert research - core <= book, f"imported by clover2.research but not in the book extra: {research - core - book}"
+    assert adapter == {"peft"}
+    used = _imports(PACKAGE) | set(NOT_IMPORTED)
+    assert core | book | adapter <= used, f"declared but never used: {(core | book | adapter) - used}"
+
+
+@pytest.mark.slow
+def test_a_wheel_works_outside_the_checkout(tmp_path):
+    root = PACKAGE.parent
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
+                    str(tmp_path / "dist"), str(root)], check=True, capture_output=True)
+    wheel = next((tmp_path / "dist").glob("clover2-*.whl"))
+    site = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site), str(wheel)],
+                   check=True, capture_output=True)
+    env = os.environ | {"PYTHONPATH": str(site), "CLOVER2_RESULTS": str(tmp_path / "out")}
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    run = lambda *args: subprocess.run([sys.executable, *args], cwd=work, env=env, capture_output=True, text=True)  # noqa: E731
+    code = ("import clover2, clover2.profiles as p, clover2.paths as r; "
+            "print(clover2.__file__); print(p.load_profile('cpu').name, p.known_profiles()); print(r.results_root())")
+    out = run("-c", code)
+    assert out.returncode == 0, out.stderr
+    where, profiles, results = out.stdout.splitlines()
+    assert where.startswith(str(site)) and profiles.startswith("cpu [") and "smoke" in profiles
+    assert results == str(tmp_path / "out")
+    version = run("-m", "clover2", "--version")
+    assert version.returncode == 0 and version.stdout.startswith("clover2 ")
+    nb = run("-m", "clover2", "notebooks", "--profile", "smoke")
+    assert nb.returncode == 2 and "clone of the repository" in nb.stderr
