@@ -7,6 +7,7 @@ import ast
 import importlib.metadata
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -57,9 +58,12 @@ def test_declared_dependencies_are_the_imported_ones():
 
 @pytest.mark.slow
 def test_a_wheel_works_outside_the_checkout(tmp_path):
-    root = PACKAGE.parent
+    src = tmp_path / "src"  # a copy, so that the build writes nothing into the checkout
+    shutil.copytree(PACKAGE, src / "clover2", ignore=shutil.ignore_patterns("__pycache__", "_version.py"))
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(PACKAGE.parent / name, src / name)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
-                    str(tmp_path / "dist"), str(root)], check=True, capture_output=True)
+                    str(tmp_path / "dist"), str(src)], check=True, capture_output=True)
     wheel = next((tmp_path / "dist").glob("clover2-*.whl"))
     site = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site), str(wheel)],

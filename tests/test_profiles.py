@@ -60,7 +60,7 @@ def _tiny_llama_with_smollm2_tokenizer(folder):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["paper-vicuna7b", "paper-llama3-8b"])
-def test_paper_profile_dry_run_on_a_tiny_model_of_its_family(name, tmp_path):
+def test_paper_profile_dry_run_on_a_tiny_model_of_its_family(name, tmp_path, monkeypatch):
     """The profile's own settings (dtype, loss, bf16 autocast, vocabulary, trees, tasks, methods),
     with only the sizes shrunk and the device set to CPU: data, every draft, ablation tau, bench."""
     profile = load_profile(name)
@@ -73,8 +73,8 @@ def test_paper_profile_dry_run_on_a_tiny_model_of_its_family(name, tmp_path):
                       fit=replace(profile.bench.fit, prompts=1, max_new_tokens=4, max_depth=3)),
         study=replace(profile.study, ablation_n_per_task=1, ablation_max_new_tokens=4))
     target = load_target(str(folder), dtype=profile.dtype, device="cpu")
-    study = Study(profile=tiny, target=target, results=tmp_path / "results", data_dir=tmp_path / "data",
-                  drafts_dir=tmp_path / "drafts")
+    monkeypatch.setenv("CLOVER2_CACHE", str(tmp_path / "cache"))  # data, drafts and bench runs cached here
+    study = Study(profile=tiny, target=target, results=tmp_path / "results")
     prompts = [["Say hello.", "And again?"], ["Name a colour.", "Another one?"], ["Count to three.", "Go on."],
                ["What is 2 + 2?", "And 3 + 3?"]]
     prepare_data(target, prompts, study.data_dir, tiny.data)

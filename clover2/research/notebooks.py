@@ -10,6 +10,7 @@ while the notebooks run.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import nbformat
@@ -43,17 +44,20 @@ def run_notebooks(profile: str | None = None, *, source: str | Path = "notebooks
         out = folder / "notebooks" / f"{nb}.ipynb"
         with atomic_path(out) as tmp:
             papermill.execute_notebook(source / f"{nb}.ipynb", tmp, kernel_name=kernel,
-                                       parameters={"profile": profile or prof.name, "results": str(folder),
+                                       parameters={"profile": profile or prof.name,
+                                                   "results": os.path.relpath(folder, source),  # no machine path
                                                    **(parameters or {})},
                                        cwd=str(source), progress_bar=True, log_output=True)
-            nbformat.write(for_the_book(nbformat.read(tmp, as_version=4)), tmp)
+            nbformat.write(for_the_book(nbformat.read(tmp, as_version=4), f"{nb}.ipynb"), tmp)
         written.append(out)
     return written
 
 
-def for_the_book(nb):
-    """Hide papermill's injected-parameters cell and drop stderr outputs (progress bars, warnings:
-    the run's log, shown on the terminal while it runs, not a result)."""
+def for_the_book(nb, name: str):
+    """Hide papermill's injected-parameters cell, drop stderr outputs (progress bars, warnings: the
+    run's log, shown on the terminal while it runs, not a result) and the machine's paths."""
+    record = nb.metadata.get("papermill", {})
+    record.update({k: name for k in ("input_path", "output_path") if k in record})
     for cell in nb.cells:
         tags = cell.metadata.setdefault("tags", [])
         if "injected-parameters" in tags and "remove-cell" not in tags:
