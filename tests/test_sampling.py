@@ -85,7 +85,7 @@ def draft_tree(context, shape: str, kind: str, rng: np.random.Generator):
         frontier = nxt[:2] if shape == "dynamic" else nxt
     p = torch.stack([p_of(paths[i]) for i in range(len(parents))])
     q = torch.from_numpy(np.stack(qs)).float() if qs else torch.empty(0, V)
-    return tuple(parents), torch.tensor(tokens, dtype=torch.long), q, p
+    return Tree(parents=tuple(parents)).children, torch.tensor(tokens, dtype=torch.long), q, p
 
 
 def generate_sequences(shape: str, kind: str, accept=accept_tree, n: int = SAMPLES, seed: int = 0) -> np.ndarray:
@@ -95,8 +95,8 @@ def generate_sequences(shape: str, kind: str, accept=accept_tree, n: int = SAMPL
     for _ in range(n):
         seq: list[int] = []
         while len(seq) < LENGTH:
-            parents, tokens, q, p = draft_tree(tuple(seq), shape, kind, rng)
-            path, last = accept(parents, tokens, q, p, g)
+            children, tokens, q, p = draft_tree(tuple(seq), shape, kind, rng)
+            path, last = accept(children, tokens, q, p, g)
             seq += [int(tokens[i - 1]) for i in path[1:]] + [last]
         counts[np.ravel_multi_index(seq[:LENGTH], (V,) * LENGTH)] += 1
     return counts
@@ -127,10 +127,9 @@ def test_speculative_sampling_keeps_the_target_distribution(shape, kind):
     assert chi_square_pvalue(generate_sequences(shape, kind, n=SAMPLES)) > ALPHA
 
 
-def wrong_acceptance(parents, tokens, q, p, g):
+def wrong_acceptance(children, tokens, q, p, g):
     """A common bug: accept with min(1, p/q) but resample rejections from p, not from the residual."""
-    children = [i for i in range(1, len(parents)) if parents[i] == 0]
-    for c in children:
+    for c in children[0]:
         x = int(tokens[c - 1])
         if float(torch.rand((), generator=g)) * float(q[c - 1][x]) < float(p[0][x]):
             return [0, c], int(torch.multinomial(p[c], 1, generator=g))
@@ -156,7 +155,7 @@ def test_all_children_rejected_and_zeros_in_p_and_q_give_no_nan():
     p = torch.tensor([[0.0, 1.0, 0.0], [1.0, 0.0, 0.0], [1.0, 0.0, 0.0]])
     q = torch.tensor([[1.0, 0.0, 0.0], [0.0, 0.0, 1.0]])  # both children propose tokens p never emits
     for _ in range(50):
-        path, last = accept_tree(Tree(parents=(-1, 0, 0)), torch.tensor([0, 2]), q, p, g)
+        path, last = accept_tree(Tree(parents=(-1, 0, 0)).children, torch.tensor([0, 2]), q, p, g)
         assert path == [0] and last == 1
 
 

@@ -18,11 +18,11 @@ drawn from that node's p.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
-from clover2.decoding.tree import Tree
 from clover2.errors import Clover2Error
 
 
@@ -66,16 +66,16 @@ def sample(probs: torch.Tensor, generator: torch.Generator) -> int:
     return int(torch.multinomial(probs, 1, generator=generator))
 
 
-def accept_tree(tree: Tree, tokens: torch.Tensor, q: torch.Tensor, p: torch.Tensor,
+def accept_tree(children: Sequence[Sequence[int]], tokens: torch.Tensor, q: torch.Tensor, p: torch.Tensor,
                 generator: torch.Generator) -> tuple[list[int], int]:
     """Recursive rejection sampling down a token tree.
 
+    `children`: each node's children in the order they were drawn (`Tree.children`);
     `tokens`: `(N-1,)` draft tokens of nodes 1..N-1; `q`: `(N-1, V)` the distribution node i's token
     was drawn from (given its earlier siblings); `p`: `(N, V)` the target's warped distribution after
     each node. Returns the accepted path (node indices, root first) and the final token, drawn from
     the residual of the last node tried (a correction) or from the deepest node's p (a bonus).
     """
-    children = tree.children
     node, path = 0, [0]
     while True:
         r, accepted = p[node], None

@@ -59,7 +59,7 @@ def accept(draft: Draft, logits: torch.Tensor, sampling: SamplingConfig, generat
         return accept_greedy(draft, logits)
     p = warp(logits, sampling).cpu()  # (N, V) the target's sampling distribution after each node
     q = draft.q if draft.q is not None else F.one_hot(draft.tokens, p.shape[-1]).float()
-    path, last = accept_tree(draft.tree, draft.tokens, q.cpu(), p, generator)
+    path, last = accept_tree(draft.tree.children, draft.tokens, q.cpu(), p, generator)
     nodes = torch.tensor(path)
     return Accepted(path=nodes, tokens=draft.tokens[nodes[1:] - 1].tolist() + [last])
 
