@@ -28,7 +28,7 @@ target: install
 # Lint, the unit tests, then every notebook under nbmake on the `smoke` profile (results/smoke, ignored by git).
 test: install
 	$(BIN)/ruff check clover2 tests notebooks
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=15
 	CLOVER2_PROFILE=smoke CLOVER2_RESULTS=$(CURDIR)/results $(BIN)/python -m pytest -q --nbmake --nbmake-timeout=1200 notebooks
 
 # The research: every notebook executed by papermill on $(PROFILE) (data, drafts, ablations, the
