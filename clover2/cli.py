@@ -22,7 +22,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 class _Help(argparse.ArgumentDefaultsHelpFormatter):
-    """Help texts that show each option's default."""
+    """Help texts that show each option's default (options without one say what they override)."""
+
+    def _get_help_string(self, action):
+        if action.default is None or action.default == [] or action.default is False:
+            return action.help
+        return super()._get_help_string(action)
 
 
 PROFILE_HELP = "profile: a shipped name (cpu, cpu-full, smoke, paper-vicuna7b, paper-llama3-8b) or a YAML path " \

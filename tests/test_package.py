@@ -83,3 +83,11 @@ def test_a_wheel_works_outside_the_checkout(tmp_path):
     assert version.returncode == 0 and version.stdout.startswith("clover2 ")
     nb = run("-m", "clover2", "notebooks", "--profile", "smoke")
     assert nb.returncode == 2 and "clone of the repository" in nb.stderr
+
+
+def test_a_missing_extra_is_named_with_its_install_command():
+    from clover2.errors import Clover2Error, require_extra
+
+    with pytest.raises(Clover2Error, match=r"pip install 'clover2\[book\]'"):
+        require_extra("book", "json", "no_such_module_for_clover2")
+    require_extra("book", "json")  # present: nothing happens
