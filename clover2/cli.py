@@ -67,6 +67,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--adapter", type=Path, help="a LoRA adapter folder (peft) to merge into the target")
     s.add_argument("--dtype", help="override the profile's dtype (auto, float32, bfloat16)")
     s.add_argument("--device", help="override the profile's device")
+    s.add_argument("--chat-template", help="override the profile's chat template (vicuna, or a Jinja file)")
     s.add_argument("--tasks", help="comma-separated tasks (mt_bench, translation, summarization, qa, gsm8k, rag, "
                    "humaneval) or prompts .jsonl files, e.g. Spec-Bench's question.jsonl")
     s.add_argument("--prompts", type=Path, help="one prompts JSONL file as the only task")
@@ -146,6 +147,7 @@ def _target_args(s):
     s.add_argument("--adapter", type=Path, help="a LoRA adapter folder (peft) to merge into the target")
     s.add_argument("--dtype", default="auto", help="auto (bf16 where the hardware has it), float32, bfloat16")
     s.add_argument("--device", default="cpu")
+    s.add_argument("--chat-template", help="a chat template for a tokenizer without one: vicuna, or a Jinja file")
 
 
 def _decode_args(s):
@@ -160,7 +162,8 @@ def _decode_args(s):
 def _load(args):
     from clover2.decoding.target import load_target
 
-    return load_target(args.target, dtype=args.dtype, device=args.device, adapter=args.adapter)
+    return load_target(args.target, dtype=args.dtype, device=args.device, adapter=args.adapter,
+                       chat_template=args.chat_template)
 
 
 def _decode_config(args):
@@ -217,14 +220,14 @@ def _bench(args):
                  "top_k": args.top_k, "seed": args.seed}
     config = replace(profile.bench, **{k: v for k, v in overrides.items() if v is not None})
     target = load_target(args.target or profile.target, dtype=args.dtype or profile.dtype,
-                         device=args.device or profile.device, adapter=args.adapter)
+                         device=args.device or profile.device, adapter=args.adapter,
+                         chat_template=args.chat_template or profile.chat_template)
     drafts = args.drafts or cache_root() / "drafts" / profile.name
     table = run_bench(target, config, drafts, args.out)
     print(table.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
 
 
 def _prepare_data(args):
-    from clover2.decoding.target import load_target
     from clover2.paths import cache_root
     from clover2.profiles import load_profile
     from clover2.training.corpora import sharegpt_user_turns
@@ -233,7 +236,7 @@ def _prepare_data(args):
 
     profile = load_profile(args.profile)
     rank, world = setup_distributed()
-    target = load_target(profile.target, dtype=profile.dtype, device=profile.device)
+    target = profile.load_target()
     out = args.out or cache_root() / "data" / profile.name
     meta = prepare_data(target, sharegpt_user_turns(args.sharegpt), out, profile.data, rank=rank, world=world)
     if rank == 0:
@@ -243,7 +246,6 @@ def _prepare_data(args):
 def _train(args):
     from dataclasses import replace
 
-    from clover2.decoding.target import load_target
     from clover2.paths import cache_root
     from clover2.profiles import load_profile
     from clover2.training.train import setup_distributed, train
@@ -251,13 +253,13 @@ def _train(args):
     profile = load_profile(args.profile)
     overrides = dict(_parse_setting(s) for s in args.set)
     draft_config = profile.draft_config(args.arch, **overrides)
-    train_config = profile.train
+    train_config = profile.train_config(args.arch)
     if args.max_minutes is not None:
         train_config = replace(train_config, max_minutes=args.max_minutes)
     if args.max_steps is not None:
         train_config = replace(train_config, max_steps=args.max_steps)
     rank, _ = setup_distributed()
-    target = load_target(profile.target, dtype=profile.dtype, device=profile.device)
+    target = profile.load_target()
     data = args.data or cache_root() / "data" / profile.name
     out = args.out or cache_root() / "drafts" / profile.name / args.arch
     metrics = train(target, data, out, draft_config, train_config)

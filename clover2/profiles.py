@@ -7,13 +7,15 @@ a checkout points there); any other YAML path works too. With no name given, the
 A profile has the sections `data` (DataConfig), `train` (TrainConfig), `draft` (DraftConfig
 fields applied on top of each architecture's own recipe) and `bench` (BenchConfig, with its `fit`
 subsection) and `study` (StudyConfig: the notebooks' variants), plus `target`, `dtype` and `device`.
-Unknown keys are errors, so a typo never silently falls back to a default.
+Inside `train` and `draft`, a subsection named after an architecture (`eagle1: {lr: 3.0e-5}`) holds
+that architecture's own settings on top of the shared ones. Unknown keys are errors, so a typo
+never silently falls back to a default.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 import yaml
@@ -46,7 +48,7 @@ class StudyConfig:
     distillation: tuple[str, ...] = ("clover2", "clover2-hard-labels", "clover2-no-regression", "clover2-no-decay")
     ablations: tuple[str, ...] = ("medusa", "eagle1", "clover1", "clover2", "clover2-extraction-after",
                                   "clover2-no-projector", "clover2-1-layer-block", "clover2-hard-labels",
-                                  "clover2-input-embedding", "clover2-full-vocab")
+                                  "clover2-value-gain-1", "clover2-input-embedding", "clover2-full-vocab")
     ablation_n_per_task: int = 2  # prompts per task for the ablations' greedy tau
     ablation_max_new_tokens: int = 64
 
@@ -62,13 +64,26 @@ class Profile:
     dtype: str  # auto | float32 | bfloat16
     device: str  # cpu | cuda
     data: DataConfig
-    train: TrainConfig
+    train: TrainConfig  # shared by every architecture
     draft: dict  # DraftConfig overrides shared by every architecture
     bench: BenchConfig
     study: StudyConfig
+    own: dict = field(default_factory=dict)  # {arch: {"train": {...}, "draft": {...}}}: one architecture's own settings
+    chat_template: str | None = None  # for a tokenizer that ships none: "vicuna" or a Jinja file (None: its own)
+
+    def load_target(self, name: str | None = None):
+        """The profile's target (or `name` instead), with the profile's dtype, device and chat template."""
+        from clover2.decoding.target import load_target
+
+        return load_target(name or self.target, dtype=self.dtype, device=self.device, chat_template=self.chat_template)
 
     def draft_config(self, arch: str, **overrides) -> DraftConfig:
-        return DraftConfig.for_arch(arch, **(self.draft | overrides))
+        """The architecture's recipe, then the profile's shared and own draft settings, then `overrides`."""
+        return DraftConfig.for_arch(arch, **(self.draft | self.own.get(arch, {}).get("draft", {}) | overrides))
+
+    def train_config(self, arch: str) -> TrainConfig:
+        """The shared training settings with the architecture's own on top (its learning rate, say)."""
+        return replace(self.train, **self.own.get(arch, {}).get("train", {}))
 
 
 def load_profile(name: str | Path | None = None) -> Profile:
@@ -80,16 +95,34 @@ def load_profile(name: str | Path | None = None) -> Profile:
     if not path.is_file():
         raise Clover2Error(f"unknown profile {str(name)!r}; known: {', '.join(known_profiles())}, or a YAML path")
     raw = yaml.safe_load(path.read_text()) or {}
-    _check_keys(raw, {"target", "dtype", "device", "data", "train", "draft", "bench", "study"}, str(path))
+    _check_keys(raw, {"target", "dtype", "device", "chat_template", "data", "train", "draft", "bench", "study"},
+                str(path))
+    from clover2.drafts import ARCHITECTURES
+
+    own: dict[str, dict] = {}
+    for key, cls in (("train", TrainConfig), ("draft", DraftConfig)):
+        shared = dict(raw.get(key) or {})
+        for arch in set(shared) & set(ARCHITECTURES):
+            mine = shared.pop(arch) or {}
+            _check_keys(mine, {f.name for f in fields(cls)} - {"arch"}, f"{path} [{key}.{arch}]")
+            own.setdefault(arch, {})[key] = {k: tuple(v) if isinstance(v, list) else v for k, v in mine.items()}
+        raw[key] = shared
     sections = {key: _section(raw.get(key), cls, f"{path} [{key}]", nested)
                 for key, cls, nested in (("data", DataConfig, {}), ("train", TrainConfig, {}),
                                          ("bench", BenchConfig, {"fit": FitConfig}), ("study", StudyConfig, {}))}
     draft = raw.get("draft") or {}
     _check_keys(draft, {f.name for f in fields(DraftConfig)} - {"arch"}, f"{path} [draft]")
-    return Profile(name=path.stem, target=str(raw.get("target", DEFAULT_TARGET)),
-                   dtype=str(raw.get("dtype", "auto")), device=str(raw.get("device", "cpu")),
-                   data=sections["data"], train=sections["train"], draft=draft, bench=sections["bench"],
-                   study=sections["study"])
+    profile = Profile(name=path.stem, target=str(raw.get("target", DEFAULT_TARGET)),
+                      dtype=str(raw.get("dtype", "auto")), device=str(raw.get("device", "cpu")),
+                      data=sections["data"], train=sections["train"], draft=draft, bench=sections["bench"],
+                      study=sections["study"], own=own, chat_template=raw.get("chat_template"))
+    for arch in own:  # every architecture's settings are checked now, not when it is first trained
+        profile.draft_config(arch)
+        try:
+            profile.train_config(arch)
+        except TypeError as e:
+            raise Clover2Error(f"{path} [train.{arch}]: {e}") from None
+    return profile
 
 
 def _section(raw, cls, where: str, nested: dict):

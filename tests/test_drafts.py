@@ -31,15 +31,93 @@ def test_forward_shapes_per_architecture(tiny, arch):
         assert model.logits(o).shape == (2, expected, VOCAB)
 
 
-def test_clover2_starts_from_the_official_initialization(tiny):
-    model = build_draft(DraftConfig(), tiny)
-    layers = tiny.model.get_decoder().layers
-    torch.testing.assert_close(model.block.layers[1].mlp.down_proj.weight, layers[-1].mlp.down_proj.weight)
+@pytest.mark.parametrize("init_layer, source", [(0, [0, 0]), (-1, [1, 1]), ("first", [0, 1]), ("last", [0, 1])])
+def test_augmenting_block_starts_from_the_chosen_target_layers(tiny, init_layer, source):
+    """An integer copies that one target layer into both block layers (official: 0 at HEAD, -1 at 934e306)."""
+    model = build_draft(DraftConfig(init_layer=init_layer), tiny)
+    layers = tiny.model.get_decoder().layers  # the tiny targets have 2 layers: "first" and "last" coincide
+    for mine, theirs in zip(model.block.layers, source):
+        torch.testing.assert_close(mine.mlp.down_proj.weight, layers[theirs].mlp.down_proj.weight)
     torch.testing.assert_close(model.embed.weight, tiny.model.get_output_embeddings().weight)  # lm_head copy
     w = model.ad0.q.weight
     assert torch.allclose(w, torch.eye(64), atol=0.011) and (w - torch.eye(64) >= 0).all()
     assert model.ad0.v.weight.abs().max() <= 0.01
     assert not any(p.requires_grad for p in (model.lm_head.weight, model.embed.weight))
+
+
+def test_init_layer_outside_the_target_is_refused(tiny):
+    with pytest.raises(Clover2Error, match="2 layers"):
+        build_draft(DraftConfig(init_layer=5), tiny)
+
+
+def test_eagle1_is_built_as_its_official_code(tiny):
+    """One random decoder layer without an input norm; the LM head reads the draft's feature directly."""
+    model = build_draft(DraftConfig.for_arch("eagle1"), tiny)
+    layer = model.block.layers[0]
+    assert isinstance(layer.input_layernorm, torch.nn.Identity)
+    target_layer = tiny.model.get_decoder().layers[-1]
+    assert not torch.allclose(layer.mlp.down_proj.weight, target_layer.mlp.down_proj.weight)
+    f = torch.randn(3, 64)
+    torch.testing.assert_close(model.root_logits(f), tiny.model.get_output_embeddings()(f))
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_regression_targets_live_where_the_lm_head_reads(tiny, arch):
+    """A draft whose output is the target's next feature has zero regression loss, and that feature
+    gives the target's own logits: the output, its regression target and the LM head share one space."""
+    ids = torch.tensor([PROMPTS[0][:12]])
+    n = ids.shape[1]
+    with torch.no_grad():
+        out = tiny.forward(ids, torch.arange(n)[None], tiny.causal_mask(n), tiny.new_cache(), hidden=True)
+        model = build_draft(DraftConfig.for_arch(arch, num_heads=2, regression_weight=1.0, ce_weight=0.0), tiny)
+        reg = model.regression_targets(out.hidden)
+        torch.testing.assert_close(model.logits(reg), out.logits, rtol=1e-4, atol=1e-4)
+        batch = Batch(h=out.hidden, next_ids=ids.roll(-1, 1), topk_ids=torch.zeros(1, n, 1, dtype=torch.long),
+                      topk_p=torch.zeros(1, n, 1), label_ids=torch.zeros(1, n, dtype=torch.long),
+                      mask=torch.ones(1, n, dtype=torch.bool))
+        oracle = [reg[:, 1 + i:] for i in range(model.trained_heads)]  # head i at t outputs the feature at t+1+i
+        loss, _ = draft_loss(model.config, oracle, model.logits, reg, batch)
+    assert loss.item() == pytest.approx(0, abs=1e-6)
+
+
+def _inference_logits(model, h, ids, t, depth):
+    """Logits of the children at depths 0..depth along the data path x_{t+2}, x_{t+3}, ... through the
+    decode path (advance, root_logits, step with the draft's cache), and the states it fed back."""
+    from clover2.drafts.base import TreeAttention
+
+    cache = model.new_cache()
+    root = model.advance(h[:, :t + 1], ids[:, 1:t + 2], cache)
+    committed = cache.get_seq_length()
+    logits, states = [model.root_logits(root)[0]], [root[0]]
+    for d in range(1, depth + 1):
+        attention = TreeAttention(committed, [list(range(committed, committed + d - 1))])
+        s, lg = model.step(states[-1][None], ids[0, t + 1 + d:t + 2 + d], d, cache=cache, attention=attention)
+        logits.append(lg[0])
+        states.append(s[0])
+    return logits, states
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_training_logits_equal_decoding_logits(tiny, arch):
+    """Teacher forcing and the decode path agree at depths 0-2. Heads that own a depth are read at
+    position t; a draft that reuses one step at every depth (EAGLE-1) is teacher-forced on the features
+    it fed itself back."""
+    torch.manual_seed(1)
+    ids = torch.tensor([PROMPTS[1][:16]])
+    n, t, depth = ids.shape[1], 9, 2
+    model = build_draft(DraftConfig.for_arch(arch, num_heads=3), tiny).eval()
+    with torch.no_grad():
+        for p in model.parameters():  # move off the near-identity start, so that every part matters
+            p.add_(0.02 * torch.randn_like(p))
+        h = tiny.forward(ids, torch.arange(n)[None], tiny.causal_mask(n), tiny.new_cache(), hidden=True).hidden
+        decoded, states = _inference_logits(model, h, ids, t, depth)
+        if model.trained_heads == 1:
+            x = torch.cat([model.features(h[:, :t + 1]), torch.stack(states[:-1])[None]], 1)
+            taught = [model.logits(o)[0, t + d] for o in model._heads(x, ids[:, 1:t + 2 + depth]) for d in range(depth + 1)]
+        else:
+            taught = [model.logits(o)[0, t] for o in model(h, ids.roll(-1, 1))[: depth + 1]]
+    for d, (a, b) in enumerate(zip(decoded, taught)):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4, msg=f"{arch} depth {d}")
 
 
 def test_draft_vocabulary_keeps_only_its_rows(tiny):
@@ -49,7 +127,8 @@ def test_draft_vocabulary_keeps_only_its_rows(tiny):
 
 
 @pytest.mark.parametrize("bad", [dict(arch="eagle3"), dict(extraction="middle"), dict(num_heads=0),
-                                 dict(loss="mse")])
+                                 dict(loss="mse"), dict(init_layer="middle"), dict(init_layer=True),
+                                 dict(value_gain=0, extraction="after"), dict(input_noise=-1)])
 def test_nonsense_draft_config_is_refused(bad):
     with pytest.raises(Clover2Error):
         DraftConfig(**bad)
@@ -105,18 +184,37 @@ def test_greedy_output_is_unchanged_by_any_draft(tiny, arch, tree):
         assert max(s.draft_nodes for s in gen.steps) > 0
 
 
-def test_draft_trees_have_the_requested_shape(tiny):
-    model = build_draft(DraftConfig(), tiny).eval()
-    d = ModelDrafter(model, DynamicTree(budget=10, depth=3, top_k=4))
+def _propose(target, drafter):
+    from clover2.decoding.decode import prefill
+
     prompt = PROMPTS[0]
     with torch.no_grad():
-        from clover2.decoding.decode import prefill
-        cache = tiny.new_cache()
-        d.begin(prompt, prefill(tiny, cache, prompt[:-1], hidden=True))
-        draft = d.propose(prompt)
-    assert draft.tree.size - 1 == 10 and draft.tree.max_depth <= 3
-    static = ModelDrafter(model, preset("chain4"))
-    with torch.no_grad():
-        static.begin(prompt, prefill(tiny, tiny.new_cache(), prompt[:-1], hidden=True))
-        chain = static.propose(prompt)
+        drafter.begin(prompt, prefill(target, target.new_cache(), prompt[:-1], hidden=True))
+        return drafter.propose(prompt)
+
+
+@pytest.mark.parametrize("budget, depth, top_k", [(60, 5, 10), (60, 6, 10), (10, 3, 4), (60, 3, 4), (7, 1, 4)])
+def test_dynamic_tree_is_eagle2s(tiny, monkeypatch, budget, depth, top_k):
+    """EAGLE-2: a pool of top_k children per node of the top_k best per depth (top_k at depth 1,
+    top_k^2 below); the tree is the pool's `budget` best nodes, ancestors included."""
+    from clover2.decoding.tree import TreeBuilder
+
+    pools = []
+    build = TreeBuilder.build
+    monkeypatch.setattr(TreeBuilder, "build", lambda self, keep=None: pools.append(len(self) - 1) or build(self, keep))
+    model = build_draft(DraftConfig(num_heads=6), tiny).eval()
+    draft = _propose(tiny, ModelDrafter(model, DynamicTree(budget=budget, depth=depth, top_k=top_k)))
+    pool = top_k + (depth - 1) * top_k ** 2
+    assert pools == [pool]
+    assert draft.tree.size - 1 == min(budget, pool)  # the budget binds whenever the pool allows
+    parents, scores = draft.tree.parents, draft.scores
+    assert all(0 <= parents[i] < i for i in range(1, len(parents)))  # every kept node's parent is kept
+    assert all(scores[i - 1] <= scores[parents[i] - 1] + 1e-6 for i in range(1, len(parents)) if parents[i] > 0)
+    assert draft.tree.max_depth <= depth
+    assert len(draft.tree.children[0]) <= top_k
+
+
+def test_static_trees_have_the_requested_shape(tiny):
+    model = build_draft(DraftConfig(), tiny).eval()
+    chain = _propose(tiny, ModelDrafter(model, preset("chain4")))
     assert chain.tree.parents == (-1, 0, 1, 2, 3)

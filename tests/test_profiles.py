@@ -31,12 +31,28 @@ def test_every_shipped_profile_parses_and_names_known_variants(name):
     ("bench: {fit: {top_k: 0}}", "fit config"),
     ("bench: {colour: red}", "unknown keys"),
     ("study: {ablation_n_per_task: -1}", "study config"),
-    ("trian: {}", "unknown keys")])
+    ("trian: {}", "unknown keys"),
+    ("train: {eagle1: {lr_typo: 1}}", r"train.eagle1.*unknown keys"),
+    ("train: {eagle1: {lr: -1}}", "lr > 0"),
+    ("draft: {clover1: {value_gain: 0}}", "auto value gain"),
+    ("draft: {medusa: {init_layer: middle}}", "init_layer")])
 def test_nonsense_profiles_are_refused(tmp_path, text, match):
     path = tmp_path / "bad.yaml"
     path.write_text(text + "\n")
     with pytest.raises(Clover2Error, match=match):
         load_profile(path)
+
+
+def test_each_architecture_gets_its_own_recipe_on_top_of_the_shared_one():
+    paper = load_profile("paper-vicuna7b")
+    assert paper.train_config("eagle1").lr == 3e-5 and paper.train_config("eagle1").warmup_steps == 2000
+    assert paper.train_config("clover2").lr == 1e-3 and paper.train_config("clover2").batch_size == 16
+    assert paper.draft_config("clover2").init_layer == 0 and paper.draft_config("eagle1").init_layer == "random"
+    assert paper.chat_template == "vicuna"
+    cpu = load_profile("cpu")
+    assert cpu.draft_config("clover2").value_gain == 0  # auto, Clover-2 only
+    assert cpu.draft_config("clover1").value_gain == 1 and cpu.draft_config("medusa").draft_vocab == 8192
+    assert len({cpu.train_config(a).lr for a in ("clover2", "clover1", "eagle1", "medusa")}) == 1  # one rule
 
 
 def test_unknown_profile_lists_the_known_ones():

@@ -28,3 +28,21 @@ BUILTIN_TARGETS: dict[str, BuiltinTarget] = {
 }
 
 DEFAULT_TARGET = "smollm2-135m-instruct"
+
+# Chat formats for targets whose tokenizer ships no template (name -> Jinja template, as in a
+# tokenizer's `chat_template`). Vicuna v1.5 is FastChat's "vicuna_v1.1" conversation: a system
+# line, then "USER: ... ASSISTANT: ...</s>" turns, which the official Clover-2 data script uses.
+CHAT_TEMPLATES: dict[str, str] = {
+    "vicuna": (
+        "{{ bos_token }}"
+        "{% if messages and messages[0]['role'] == 'system' %}{{ messages[0]['content'] }}"
+        "{% set loop_messages = messages[1:] %}"
+        "{% else %}A chat between a curious user and an artificial intelligence assistant. The assistant gives "
+        "helpful, detailed, and polite answers to the user's questions.{% set loop_messages = messages %}{% endif %}"
+        "{{ ' ' }}"
+        "{% for m in loop_messages %}"
+        "{% if m['role'] == 'user' %}USER: {{ m['content'] }} {% else %}ASSISTANT: {{ m['content'] }}</s>{% endif %}"
+        "{% endfor %}"
+        "{% if add_generation_prompt %}ASSISTANT:{% endif %}"
+    ),
+}

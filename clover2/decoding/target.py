@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
-from clover2.decoding.builtin import BUILTIN_TARGETS, DEFAULT_TARGET
+from clover2.decoding.builtin import BUILTIN_TARGETS, CHAT_TEMPLATES, DEFAULT_TARGET
 from clover2.decoding.hf_compat import cache_kwarg, capture_norm_input, make_saveable
 from clover2.errors import Clover2Error
 from clover2.files import atomic_path, sha256_file
@@ -174,17 +174,28 @@ class Target:
                              use_cache=True, logits_to_keep=logits_to_keep, **kwargs)
         return TargetOutput(logits=out.logits.float(), hidden=captured[0] if captured else None)
 
-    def encode_chat(self, messages: list[dict]) -> list[int]:
-        """Token ids of a conversation through the tokenizer's chat template, ready for the reply."""
+    def render_chat(self, messages: list[dict], *, add_generation_prompt: bool = True) -> str:
+        """A conversation as text, through the tokenizer's chat template (ready for the reply if asked)."""
         if self.tokenizer is None:
             raise Clover2Error(f"target {self.name!r} has no tokenizer; pass token ids instead of text")
         if getattr(self.tokenizer, "chat_template", None):
-            text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-            # The template writes any BOS token itself; the tokenizer must not add another.
-            return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+            return self.tokenizer.apply_chat_template(messages, add_generation_prompt=add_generation_prompt,
+                                                      tokenize=False)
         # A base model without a template (e.g. Gemma 3 270M): plain turns, one per line.
-        text = "\n".join(m["content"] for m in messages) + "\n"
-        return self.tokenizer(text)["input_ids"]
+        return "".join(m["content"] + "\n" for m in messages)
+
+    def tokenize(self, text: str, *, offsets: bool = False):
+        """Token ids of rendered text (a template writes any BOS itself; plain text gets the tokenizer's),
+        with each token's (start, end) characters if `offsets`."""
+        special = not getattr(self.tokenizer, "chat_template", None)
+        if not offsets:
+            return self.tokenizer(text, add_special_tokens=special)["input_ids"]
+        enc = self.tokenizer(text, add_special_tokens=special, return_offsets_mapping=True)
+        return enc["input_ids"], enc["offset_mapping"]
+
+    def encode_chat(self, messages: list[dict]) -> list[int]:
+        """Token ids of a conversation through the tokenizer's chat template, ready for the reply."""
+        return self.tokenize(self.render_chat(messages))
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True) if self.tokenizer else ""
@@ -211,8 +222,11 @@ def _mask_for_layers(config, mask: torch.Tensor, position_ids: torch.Tensor):
 
 
 def load_target(name: str = DEFAULT_TARGET, *, dtype: str | torch.dtype | None = None, device: str = "cpu",
-                adapter: str | Path | None = None) -> Target:
-    """Load a target by built-in name, local checkpoint folder or hub id; merge a LoRA adapter if given."""
+                adapter: str | Path | None = None, chat_template: str | None = None) -> Target:
+    """Load a target by built-in name, local checkpoint folder or hub id; merge a LoRA adapter if given.
+
+    `chat_template` replaces the tokenizer's: a name in `CHAT_TEMPLATES` ("vicuna") or a Jinja file,
+    for targets whose tokenizer ships none (Vicuna v1.5) or the wrong one."""
     if not name:
         raise Clover2Error(unknown_target_message(name))
     torch_dtype = parse_dtype(dtype, device)
@@ -232,10 +246,22 @@ def load_target(name: str = DEFAULT_TARGET, *, dtype: str | torch.dtype | None =
         raise Clover2Error(f"could not load target {name!r}: {e}\n"
                            "(no model hub is reachable here: give a local folder or a built-in name)") from e
     tokenizer = AutoTokenizer.from_pretrained(folder) if _has_tokenizer(folder) else None
+    if chat_template is not None:
+        if tokenizer is None:
+            raise Clover2Error(f"target {name!r} has no tokenizer to give chat template {chat_template!r}")
+        tokenizer.chat_template = _chat_template(chat_template)
     if adapter is not None:
         model = _merge_adapter(model, Path(adapter))
     model.to(device).eval().requires_grad_(False)
     return Target(model=model, tokenizer=tokenizer, name=name)
+
+
+def _chat_template(name: str) -> str:
+    if name in CHAT_TEMPLATES:
+        return CHAT_TEMPLATES[name]
+    if Path(name).is_file():
+        return Path(name).read_text()
+    raise Clover2Error(f"unknown chat template {name!r}: give one of {', '.join(CHAT_TEMPLATES)} or a Jinja file")
 
 
 def _merge_adapter(model, adapter: Path):

@@ -11,7 +11,9 @@ dominant cost of drafting on a CPU.
 
 A subclass per architecture (`clover.py`, `eagle.py`, `medusa.py`) implements:
 
-- training: `_heads(h, next_ids)`, the per-head vectors fed to the LM head (teacher forcing);
+- `features(h)`: the space the draft reads the target's state in: the pre-norm state h (Clover), or
+  the normed feature that enters the LM head (EAGLE-1 and Medusa, as their official code);
+- training: `_heads(x, next_ids)`, the per-head vectors fed to the LM head (teacher forcing);
 - decoding: `advance` (the sequence part, over newly committed positions), `root_logits` (depth 0)
   and `step` (the states of a batch of tree nodes from their parents' states and their own tokens,
   and the logits of their children). The drafter (`clover2.drafts.drafter`) grows the tree and
@@ -31,6 +33,7 @@ from transformers import DynamicCache
 from clover2.decoding.hf_compat import final_norm_like
 from clover2.decoding.target import Target
 from clover2.drafts.config import DraftConfig
+from clover2.errors import Clover2Error
 
 # Parameter-name prefixes of the parts copied from the target: rebuilt from it at load time, never stored.
 BORROWED = ("lm_head.", "embed.", "target_norm.")
@@ -95,13 +98,19 @@ class DraftModel(nn.Module):
         """Per trained head i, the vectors fed to the LM head at positions 0..T-1-i.
 
         `h`: `(B, T, H)` pre-norm target states; `next_ids`: `(B, T)`, next_ids[:, t] = x_{t+1}.
-        Head i's output at t predicts x_{t+2+i}. In training, inputs get `input_noise`.
+        Head i's output at t predicts x_{t+2+i}. In training, the input features get uniform noise of
+        half-width input_noise * 512 / T (EAGLE-1's; T is the padded batch length here).
         """
+        x = self.features(h)
         if self.config.input_noise and self.training:
-            h = h + (torch.rand_like(h) - 0.5) * 2 * self.config.input_noise
-        return self._heads(h, next_ids)
+            x = x + (torch.rand_like(x) - 0.5) * (2 * self.config.input_noise * 512 / x.shape[1])
+        return self._heads(x, next_ids)
 
-    def _heads(self, h: torch.Tensor, next_ids: torch.Tensor) -> list[torch.Tensor]:
+    def features(self, h: torch.Tensor) -> torch.Tensor:
+        """The target's state as this draft reads it (default: the pre-norm state itself)."""
+        return h
+
+    def _heads(self, x: torch.Tensor, next_ids: torch.Tensor) -> list[torch.Tensor]:
         raise NotImplementedError
 
     @property
@@ -110,7 +119,7 @@ class DraftModel(nn.Module):
         return self.config.num_heads
 
     def regression_targets(self, h: torch.Tensor) -> torch.Tensor:
-        """What head outputs are regressed to: the target's normed state."""
+        """What head outputs are regressed to: the target's normed state (the vector its LM head reads)."""
         return self.target_norm(h)
 
     def logits(self, o: torch.Tensor) -> torch.Tensor:
@@ -142,10 +151,20 @@ class DraftModel(nn.Module):
         raise NotImplementedError
 
 
-def copy_layers(target_model: nn.Module, block: nn.Module, which: str) -> None:
-    """Initialize a `decoder_stack`'s layers from the target's `which` ("last" or "first") layers."""
+def copy_layers(target_model: nn.Module, block: nn.Module, which: str | int) -> None:
+    """Initialize a `decoder_stack`'s layers as `DraftConfig.init_layer` says: target layer `which`
+    in every layer (an integer), the target's "last" or "first" layers in order, or "random" (as built)."""
+    if which == "random":
+        return
     layers = target_model.get_decoder().layers
-    n = len(block.layers)
-    source = range(len(layers) - n, len(layers)) if which == "last" else range(n)
+    L, n = len(layers), len(block.layers)
+    if isinstance(which, int):
+        if not -L <= which < L:
+            raise Clover2Error(f"init_layer {which}: the target has {L} layers")
+        source = [which % L] * n
+    else:
+        source = range(L - n, L) if which == "last" else range(n)
     for mine, theirs in zip(block.layers, source):
-        mine.load_state_dict(layers[theirs].state_dict())
+        missing = mine.load_state_dict(layers[theirs].state_dict(), strict=False).missing_keys
+        if missing:  # a part the draft's layer has and the target's lacks (a norm it drops is fine)
+            raise Clover2Error(f"init_layer: target layer {theirs} lacks {missing[:3]}")

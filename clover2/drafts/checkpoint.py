@@ -14,6 +14,7 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
+import torch
 from safetensors.torch import load_file, save_file
 
 from clover2.decoding.target import Target
@@ -65,4 +66,7 @@ def load_draft(path: str | Path, target: Target) -> DraftModel:
     if unexpected or any(not k.startswith(BORROWED) for k in missing):
         raise Clover2Error(f"{path / WEIGHTS} does not fit a {config.arch} draft "
                            f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
-    return model.eval().requires_grad_(False)
+    # On a GPU the draft runs in the target's dtype, as the official code does (its precision never
+    # changes the output: the target verifies every token); on a CPU it stays float32.
+    dtype = target.dtype if target.device.type == "cuda" else torch.float32
+    return model.to(dtype).eval().requires_grad_(False)

@@ -20,27 +20,40 @@ class DraftConfig:
     output_projector: bool = True  # FC projectors between the state and the head norm (Clover-2)
     embedding: str = "lm_head"  # token embedding: frozen copy of the "lm_head" (official) or the target's "input" one
     draft_vocab: int = 0  # 0: the full vocabulary; k: the k most frequent training tokens
-    init_layer: str = "last"  # Augmenting Block starts from the target's "last" layers or its "first" ones
+    # How the decoder layers start. An integer i: target layer i copied into every layer (the official
+    # Clover-2 code: 0 at its HEAD, -1 at its earlier commit 934e306); "last" / "first": the target's
+    # last / first layers, one each, in order (this project's earlier choice); "random": fresh (EAGLE-1).
+    init_layer: str | int = "last"
     loss: str = "distill"  # distill: soft CE + regression (Clover-2); hard: CE on the data; eagle: EAGLE-1's
     ce_weight: float = 1.0  # weight of the cross-entropy term
     regression_weight: float = 10.0  # weight of SmoothL1 to the target's (normed) hidden state
     head_decay: float = 0.7  # head i's loss is scaled by head_decay ** i
-    input_noise: float = 0.0  # uniform noise half-width on input features (EAGLE-1 trains with 0.1)
+    # Training noise on the input features: uniform, half-width input_noise * 512 / T for sequences
+    # of T tokens (EAGLE-1's official AddUniformNoise with std 0.2); 0: none (Clover-2, Medusa).
+    input_noise: float = 0.0
     # Scale of Attention Decoder #0's value path (the token entering the trunk). 1 is the official
-    # code; 0 means "auto": the ratio of the target's hidden-state RMS to the embedding RMS, measured
-    # on the training data, so that the token is not drowned in a large residual stream.
+    # code. 0 means "auto" (a departure, validated only with the token fused *before* the block): the
+    # ratio of the target's hidden-state RMS to the embedding RMS, measured on the training data, so
+    # that the token is not drowned in a large residual stream (~279 on SmolLM2).
     value_gain: float = 1.0
 
     def __post_init__(self):
         from clover2.drafts import ARCHITECTURES  # the registry imports the models, which import this module
 
         choices = {"arch": tuple(ARCHITECTURES), "extraction": ("before", "after"), "embedding": ("lm_head", "input"),
-                   "init_layer": ("last", "first"), "loss": ("distill", "hard", "eagle")}
+                   "loss": ("distill", "hard", "eagle")}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise Clover2Error(f"draft config: {name}={getattr(self, name)!r}, expected one of {allowed}")
-        if self.num_heads < 1 or self.aug_layers < 0 or self.draft_vocab < 0:
-            raise Clover2Error(f"draft config: num_heads >= 1, aug_layers >= 0, draft_vocab >= 0 needed: {self}")
+        if not (self.init_layer in ("last", "first", "random") or type(self.init_layer) is int):
+            raise Clover2Error(f"draft config: init_layer={self.init_layer!r}, expected 'last', 'first', 'random' "
+                               "or a target layer index")
+        if self.num_heads < 1 or self.aug_layers < 0 or self.draft_vocab < 0 or self.input_noise < 0 or self.value_gain < 0:
+            raise Clover2Error(f"draft config: num_heads >= 1, aug_layers, draft_vocab, input_noise, value_gain >= 0 "
+                               f"needed: {self}")
+        if self.value_gain == 0 and self.extraction == "after":
+            raise Clover2Error("draft config: the auto value gain (value_gain: 0) is calibrated for the token fused "
+                               "before the Augmenting Block; with extraction 'after' use value_gain: 1 (official)")
 
     @classmethod
     def for_arch(cls, arch: str, **overrides) -> DraftConfig:

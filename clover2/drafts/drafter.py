@@ -8,8 +8,10 @@ the model only computes states and logits.
 
 - a **static** tree (rank paths such as EAGLE-1's 25-node tree): node (r1..rd) takes the rd-th
   most likely token of its parent's draft distribution;
-- a **dynamic** tree (EAGLE-2's expansion): each depth expands the `top_k` best frontier nodes by
-  cumulative draft log-probability, and the `budget` best nodes overall form the tree.
+- a **dynamic** tree (EAGLE-2's): each depth expands the `top_k` best nodes of the previous depth
+  (by cumulative draft log-probability) into `top_k` children each; all of them join a candidate
+  pool, and the `budget` best nodes of the pool form the tree. `depth` counts draft levels (EAGLE-2's
+  own `depth` counts the levels after the first: its depth 5 is our 6).
 
 At temperature 0 a node's children are its draft's most likely tokens. At temperature > 0 they are
 drawn from the draft's warped distribution q (the target's temperature, top-k and top-p applied to
@@ -52,7 +54,7 @@ class ModelDrafter(Drafter):
         if model.max_tree_depth is not None and depth > model.max_tree_depth:
             raise Clover2Error(f"tree depth {depth} exceeds the {model.max_tree_depth} heads of this {model.arch} draft")
         self.model, self.tree, self.sampling = model, tree, sampling
-        self.device = next(model.parameters()).device
+        self.device, self.dtype = next(model.parameters()).device, next(model.parameters()).dtype
         self.vocab = model.target_config.vocab_size
         self.begin([], None)
 
@@ -71,7 +73,7 @@ class ModelDrafter(Drafter):
     def propose(self, ids: Sequence[int]) -> Draft:
         if not self.pending_next:  # a one-token prompt: nothing to draft from yet
             return NO_DRAFT
-        h = self.pending_h.to(self.device, torch.float32)[None]  # (1, n, H)
+        h = self.pending_h.to(self.device, self.dtype)[None]  # (1, n, H)
         nxt = torch.tensor(self.pending_next, device=self.device)[None]  # (1, n)
         root = self.model.advance(h, nxt, self.cache)  # the sequence part over the newly committed positions
         self.pending_h, self.pending_next = self.pending_h[:0], []
@@ -116,6 +118,9 @@ class ModelDrafter(Drafter):
         return g.nodes.build()
 
     def _dynamic(self, g: _Growth) -> Draft:
+        """EAGLE-2's tree. Each depth expands the `top_k` best frontier nodes into `top_k` children each;
+        greedy, all top_k x top_k children join the candidate pool, the best `top_k` of them form the
+        next frontier, and the tree is the best `budget` nodes of the whole pool."""
         spec, nodes = self.tree, g.nodes
         frontier = [0]
         for d in range(spec.depth):
@@ -123,9 +128,7 @@ class ModelDrafter(Drafter):
             cand = []  # (cumulative log q, parent, token, q), in draw order per parent
             for node, (picks, dists, logq) in zip(frontier, self._choose(logits, spec.top_k)):
                 cand += [(nodes.score[node] + lq, node, x, qd) for x, qd, lq in zip(picks, dists, logq)]
-            if self.sampling.greedy:  # EAGLE-2: the best candidates across the frontier
-                cand = sorted(cand, key=lambda c: -c[0])[: spec.top_k]
-            else:
+            if not self.sampling.greedy:
                 # A sampled node may not be kept or dropped for its own token: that would bias what
                 # verification sees. Keep every draw (in draw order) up to the budget; choose only
                 # which nodes to expand next by their scores.
@@ -136,7 +139,8 @@ class ModelDrafter(Drafter):
                 break
         if not self.sampling.greedy:
             return nodes.build()
-        # the best `budget` nodes; a child never outscores its parent, so they form a tree
+        # the best `budget` nodes of the pool; a child never outscores its parent, and ties go to the
+        # shallower node, so they form a tree
         return nodes.build(sorted(range(1, len(nodes)), key=lambda i: (-nodes.score[i], nodes.depth[i]))[: spec.budget])
 
 

@@ -31,7 +31,7 @@ from tqdm.auto import tqdm
 
 from clover2.decoding.decode import DecodeConfig, generate
 from clover2.decoding.prompts import first_turn_ids
-from clover2.decoding.target import Target, load_target
+from clover2.decoding.target import Target
 from clover2.drafts.checkpoint import SIDECAR, load_draft
 from clover2.drafts.drafter import ModelDrafter
 from clover2.errors import Clover2Error
@@ -53,10 +53,13 @@ VARIANTS: dict[str, tuple[str, dict]] = {
     "clover1": ("clover1", {}),
     "clover2": ("clover2", {}),
     # Clover-2 with one enhancement removed (the paper's ablation table)
-    "clover2-extraction-after": ("clover2", {"extraction": "after"}),  # token fused after the block
+    # token fused after the block (the auto value gain is calibrated only for the token fused before it)
+    "clover2-extraction-after": ("clover2", {"extraction": "after", "value_gain": 1.0}),
     "clover2-no-projector": ("clover2", {"output_projector": False}),  # no FC output projectors
     "clover2-1-layer-block": ("clover2", {"aug_layers": 1}),  # the weaker Augmenting Block
     "clover2-hard-labels": ("clover2", {"loss": "hard", "regression_weight": 0.0}),  # no distillation
+    # this project's departure: the token's gain in Attention Decoder #0 back at the official 1
+    "clover2-value-gain-1": ("clover2", {"value_gain": 1.0}),
     # the distillation loss's other parts
     "clover2-no-regression": ("clover2", {"regression_weight": 0.0}),
     "clover2-no-decay": ("clover2", {"head_decay": 1.0}),
@@ -81,7 +84,7 @@ class Study:
         `profile` None is the default profile (`$CLOVER2_PROFILE`, else `cpu`); `results` None is
         `$CLOVER2_RESULTS/<profile>`, else `results/<profile>` in the current folder."""
         prof = load_profile(profile)
-        study = cls(profile=prof, target=load_target(target or prof.target, dtype=prof.dtype, device=prof.device),
+        study = cls(profile=prof, target=prof.load_target(target),
                     results=Path(results) if results else results_root() / prof.name,
                     drafts_given=Path(drafts) if drafts else None)
         for sidecar in sorted(study.drafts_given.glob(f"*/{SIDECAR}")) if study.drafts_given else []:
@@ -111,7 +114,7 @@ class Study:
         """Where a variant's draft lives: the given drafts folder, or the cache keyed by everything it came from."""
         if self.drafts_given:
             return self.drafts_given / variant
-        key = stable_hash({"draft": asdict(self._draft_config(variant)), "train": asdict(self.profile.train),
+        key = stable_hash({"draft": asdict(self._draft_config(variant)), "train": asdict(self._train_config(variant)),
                            "data": self.data_dir.name, "code": code_version("decoding", "drafts", "training")})
         return cache_root() / "drafts" / self.profile.name / f"{variant}-{key}"
 
@@ -122,15 +125,15 @@ class Study:
     def draft(self, variant: str) -> Path:
         """The trained draft of `variant`, training it first if needed (resumes an interrupted run).
         Its sidecar and metrics log are copied to results/<profile>/drafts/<variant>/."""
-        config, out = self._draft_config(variant), self.draft_dir(variant)
+        config, recipe, out = self._draft_config(variant), self._train_config(variant), self.draft_dir(variant)
         if (out / SIDECAR).exists():
             meta = json.loads((out / SIDECAR).read_text())
-            if not (same_config(meta.get("draft_config"), config) and same_config(meta.get("train_config"), self.profile.train)):
+            if not (same_config(meta.get("draft_config"), config) and same_config(meta.get("train_config"), recipe)):
                 raise Clover2Error(f"{out} holds a {variant} draft trained with other settings than profile "
                                    f"{self.profile.name!r}; move it away (or pass another drafts folder) to retrain")
         else:
             self.prepare_data()
-            train(self.target, self.data_dir, out, config, self.profile.train)
+            train(self.target, self.data_dir, out, config, recipe)
         keep = self.chapter(f"drafts/{variant}")
         for name in (SIDECAR, "metrics.jsonl"):
             shutil.copyfile(out / name, keep / name)
@@ -141,6 +144,9 @@ class Study:
             raise Clover2Error(f"unknown draft variant {variant!r}; known: {', '.join(VARIANTS)}")
         arch, overrides = VARIANTS[variant]
         return self.profile.draft_config(arch, **overrides)
+
+    def _train_config(self, variant: str):
+        return self.profile.train_config(self._draft_config(variant).arch)
 
     def metrics(self, variants: list[str]) -> pd.DataFrame:
         """Training logs of the variants, one row per evaluation, in long form per head."""

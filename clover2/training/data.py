@@ -139,7 +139,7 @@ def _conversations(target: Target, part: list[list[str]], config: DataConfig) ->
             answers = _generate_batch(target, [target.encode_chat(histories[i]) for i in batch], config)
             for i, answer in zip(batch, answers):
                 histories[i].append({"role": "assistant", "content": answer})
-    return [_tokenize_with_mask(target, h) for h in histories]
+    return [conversation_ids(target, h) for h in histories]
 
 
 def _generate_batch(target: Target, prompts: list[list[int]], config: DataConfig) -> list[str]:
@@ -155,21 +155,30 @@ def _generate_batch(target: Target, prompts: list[list[int]], config: DataConfig
     return [target.decode(row[width:].tolist()) for row in out]
 
 
-def _tokenize_with_mask(target: Target, messages: list[dict]) -> tuple[list[int], list[bool]]:
-    """The whole conversation's ids, and which of them the assistant wrote."""
-    ids: list[int] = []
-    response: list[bool] = []
+def conversation_ids(target: Target, messages: list[dict]) -> tuple[list[int], list[bool]]:
+    """The whole conversation's ids through the target's chat template, and which of them the assistant
+    wrote: each answer with the template's own end-of-turn markup (`</s>`, `<|eot_id|>`, `<|im_end|>`),
+    every answer exactly once.
+
+    The conversation is rendered and tokenized once; an answer's characters are those between the
+    rendering of the turns before it (with the generation prompt) and the rendering through it, so a
+    template that re-renders earlier turns differently is refused instead of silently losing them.
+    """
+    text = target.render_chat(messages, add_generation_prompt=False)
+    spans = []
     for k, m in enumerate(messages):
         if m["role"] != "assistant":
             continue
-        prefix = target.encode_chat(messages[:k])
-        answer = target.tokenizer(m["content"], add_special_tokens=False)["input_ids"] + [target.eos_token_ids[0]]
-        new = prefix[len(ids):] if prefix[: len(ids)] == ids else prefix
-        if new is prefix:  # the template re-rendered history differently: start over from this prefix
-            ids, response = [], []
-        ids += new + answer
-        response += [False] * len(new) + [True] * len(answer)
-    return ids, response
+        before = target.render_chat(messages[:k], add_generation_prompt=True)
+        through = target.render_chat(messages[:k + 1], add_generation_prompt=False)
+        if not (text.startswith(before) and text.startswith(through) and len(before) < len(through)):
+            raise Clover2Error(f"the chat template of {target.name!r} renders turn {k} differently once later turns "
+                               "follow; its answers cannot be located in the conversation")
+        spans.append((len(before), len(through)))
+    ids, offsets = target.tokenize(text, offsets=True)
+    # a token is the assistant's when it starts inside an answer's characters
+    answer = [any(a <= start < b for a, b in spans) and end > start for start, end in offsets]
+    return ids, answer
 
 
 def _write_shard(path: Path, target: Target, conversations: list[tuple[list[int], list[bool]]], top_k: int) -> None:
