@@ -173,3 +173,24 @@ def _draft_run(target, draft, cfg):
         g = generate(target, ModelDrafter(draft, EAGLE_25, cfg.sampling), prompt, cfg)
         return Run(g.output_ids, g.seconds, g.accept_lengths)
     return run
+
+
+def test_commit_is_dirty_for_code_changes_but_not_for_results(tmp_path, monkeypatch):
+    """A run writes into the tracked results/ folder; only code changes make the recorded commit dirty."""
+    import subprocess
+
+    from clover2.measure import provenance
+
+    git = lambda *args: subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path,  # noqa: E731
+                                       check=True, capture_output=True)
+    (tmp_path / "results").mkdir()
+    (tmp_path / "code.py").write_text("x = 1\n")
+    (tmp_path / "results" / "bench.csv").write_text("a\n")
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-qm", "init")
+    monkeypatch.setattr(provenance, "repo_root", lambda: tmp_path)
+    (tmp_path / "results" / "bench.csv").write_text("b\n")
+    assert not provenance.commit().endswith("-dirty")
+    (tmp_path / "code.py").write_text("x = 2\n")
+    assert provenance.commit().endswith("-dirty")

@@ -37,12 +37,14 @@ def code_version(*parts: str) -> str:
 
 
 def commit() -> str:
-    """The checkout's commit (`-dirty` with uncommitted changes), or the installed version's."""
+    """The checkout's commit (`-dirty` with uncommitted changes outside `results/`, which runs write
+    into), or the installed version's."""
     root = repo_root()
     if root is None:
         return __version__  # setuptools-scm puts the commit into the version of a package built from git
     git = lambda *args: subprocess.run(["git", *args], cwd=root, capture_output=True, text=True).stdout.strip()  # noqa: E731
-    return git("rev-parse", "--short", "HEAD") + ("-dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
+    dirty = git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results")
+    return git("rev-parse", "--short", "HEAD") + ("-dirty" if dirty else "")
 
 
 def machine() -> dict:
