@@ -84,16 +84,18 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--out", type=Path, required=True, help="folder for bench.csv, runs.csv, env.json")
     s.set_defaults(func=_bench)
 
-    s = sub.add_parser("prepare-data", help="the target answers ShareGPT prompts; store hidden states and top-k")
+    s = sub.add_parser("prepare-data", help="ShareGPT labelled by the target (hidden states, top-k), and a held-out set")
     s.add_argument("--profile", help=PROFILE_HELP)
-    s.add_argument("--out", type=Path, help="data folder (default: $CLOVER2_CACHE/data/<profile>)")
+    s.add_argument("--out", type=Path, help="data folder (default: $CLOVER2_CACHE/data/<profile>); "
+                                            "the held-out set goes to OUT-eval")
     s.add_argument("--sharegpt", type=Path, help="a full ShareGPT JSON file instead of the wheel's copy")
     s.set_defaults(func=_prepare_data)
 
     s = sub.add_parser("train", help="train a draft on prepared data (torchrun for several processes)")
     s.add_argument("--profile", help=PROFILE_HELP)
     s.add_argument("--arch", required=True, choices=_architectures())
-    s.add_argument("--data", type=Path, help="data folder (default: $CLOVER2_CACHE/data/<profile>)")
+    s.add_argument("--data", type=Path, help="data folder (default: $CLOVER2_CACHE/data/<profile>); "
+                                             "held-out evaluation reads DATA-eval where it exists")
     s.add_argument("--out", type=Path, help="draft folder (default: $CLOVER2_CACHE/drafts/<profile>/<arch>)")
     s.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                    help="override a draft config field (the ablations), e.g. extraction=after")
@@ -228,19 +230,23 @@ def _bench(args):
 
 
 def _prepare_data(args):
+    from clover2.measure.tasks import benchmark_texts
     from clover2.paths import cache_root
     from clover2.profiles import load_profile
-    from clover2.training.corpora import sharegpt_user_turns
-    from clover2.training.data import prepare_data
+    from clover2.training.corpora import sharegpt_conversations
+    from clover2.training.data import prepare_data, split_corpus
     from clover2.training.train import setup_distributed
 
     profile = load_profile(args.profile)
     rank, world = setup_distributed()
     target = profile.load_target()
     out = args.out or cache_root() / "data" / profile.name
-    meta = prepare_data(target, sharegpt_user_turns(args.sharegpt), out, profile.data, rank=rank, world=world)
+    training, held = split_corpus(sharegpt_conversations(args.sharegpt), benchmark_texts())
+    prepare_data(target, held, out.with_name(out.name + "-eval"), profile.data.held_out_set(), rank=rank, world=world)
+    meta = prepare_data(target, training, out, profile.data, rank=rank, world=world)
     if rank == 0:
-        print(json.dumps({k: meta[k] for k in ("tokens", "response_tokens", "bytes_per_token", "hash")}))
+        print(json.dumps({k: meta[k] for k in ("tokens", "response_tokens", "bytes_per_token", "hash",
+                                                "label_tokens_per_s")}))
 
 
 def _train(args):
@@ -262,7 +268,8 @@ def _train(args):
     target = profile.load_target()
     data = args.data or cache_root() / "data" / profile.name
     out = args.out or cache_root() / "drafts" / profile.name / args.arch
-    metrics = train(target, data, out, draft_config, train_config)
+    held = data.with_name(data.name + "-eval")
+    metrics = train(target, data, out, draft_config, train_config, eval_dir=held if held.exists() else None)
     if rank == 0:
         print(json.dumps({"out": str(out), **{k: round(v, 4) for k, v in metrics.items()}}))
 

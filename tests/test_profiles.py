@@ -83,7 +83,8 @@ def test_paper_profile_dry_run_on_a_tiny_model_of_its_family(name, tmp_path, mon
     folder = _tiny_llama_with_smollm2_tokenizer(tmp_path / "target")
     tiny = replace(
         profile, target=str(folder), device="cpu",
-        data=replace(profile.data, conversations=4, max_new_tokens=6, batch_size=2, shard_conversations=2, turns=2),
+        data=replace(profile.data, tokens=150, max_tokens=64, pack_tokens=128, conversations=2, max_new_tokens=6,
+                     batch_size=2, shard_conversations=2, eval_conversations=2),
         train=replace(profile.train, max_steps=2, batch_size=2, max_len=48, eval_every=1, eval_batches=1, warmup_steps=1),
         bench=replace(profile.bench, n_per_task=1, max_new_tokens=4,
                       fit=replace(profile.bench.fit, prompts=1, max_new_tokens=4, max_depth=3)),
@@ -91,9 +92,11 @@ def test_paper_profile_dry_run_on_a_tiny_model_of_its_family(name, tmp_path, mon
     target = load_target(str(folder), dtype=profile.dtype, device="cpu")
     monkeypatch.setenv("CLOVER2_CACHE", str(tmp_path / "cache"))  # data, drafts and bench runs cached here
     study = Study(profile=tiny, target=target, results=tmp_path / "results")
-    prompts = [["Say hello.", "And again?"], ["Name a colour.", "Another one?"], ["Count to three.", "Go on."],
-               ["What is 2 + 2?", "And 3 + 3?"]]
-    prepare_data(target, prompts, study.data_dir, tiny.data)
+    turns = [("Say hello.", "Hello!", "And again?", "Hello again!"), ("Name a colour.", "Blue.", "Another one?", "Red."),
+             ("Count to three.", "One, two, three.", "Go on.", "Four, five."), ("What is 2 + 2?", "4.", "And 3 + 3?", "6.")]
+    corpus = [[{"role": ("user", "assistant")[i % 2], "content": t} for i, t in enumerate(c)] for c in turns]
+    prepare_data(target, corpus, study.data_dir, tiny.data)  # the conversations as they are, multi-turn
+    prepare_data(target, corpus[:2], study.eval_dir, tiny.data.held_out_set())  # the target's own answers
     tau = study.tau(list(tiny.study.ablations))
     assert set(tau.variant) == set(tiny.study.ablations) and (tau.tau >= 1).all()
     table = study.bench()

@@ -107,6 +107,11 @@ TASKS: dict[str, Callable[[], list[PromptRecord]]] = {
 SPEC_BENCH_TASKS = ("mt_bench", "translation", "summarization", "qa", "gsm8k", "rag")  # Spec-Bench's six
 
 
+def benchmark_texts() -> list[str]:
+    """Every turn of every task's prompts: text the training data must never contain."""
+    return [turn for task in TASKS.values() for record in task() for turn in record.turns]
+
+
 def load_task(name: str, n: int | None = None, seed: int = 0) -> list[PromptRecord]:
     """A seeded sample of `n` records of a task (all of them when `n` is None), or of a JSONL prompts
     file such as Spec-Bench's `question.jsonl`: there, `n` per category, each keeping its category."""

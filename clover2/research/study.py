@@ -39,11 +39,11 @@ from clover2.files import atomic_path, jsonable, same_config, stable_hash, write
 from clover2.measure.bench import run_bench
 from clover2.measure.methods import MethodSpec, parse_tree
 from clover2.measure.provenance import code_version, commit, machine
-from clover2.measure.tasks import load_task
+from clover2.measure.tasks import benchmark_texts, load_task
 from clover2.paths import cache_root, results_root
 from clover2.profiles import Profile, load_profile
-from clover2.training.corpora import sharegpt_user_turns
-from clover2.training.data import prepare_data
+from clover2.training.corpora import sharegpt_conversations
+from clover2.training.data import DataConfig, complete_meta, prepare_data, split_corpus
 from clover2.training.train import train
 
 VARIANTS: dict[str, tuple[str, dict]] = {
@@ -106,21 +106,36 @@ class Study:
     @property
     def data_dir(self) -> Path:
         """The target-labelled training data, keyed by its settings, the target and the code that makes it."""
-        key = stable_hash({"data": asdict(self.profile.data), "target": self.target.identity(),
-                           "code": code_version("decoding", "training/data.py", "training/corpora.py")})
-        return cache_root() / "data" / self.profile.name / key
+        return self._data_dir(self.profile.data, "train")
+
+    @property
+    def eval_dir(self) -> Path:
+        """The held-out set: the target's own answers to held-out ShareGPT prompts."""
+        return self._data_dir(self.profile.data.held_out_set(), "eval")
+
+    def _data_dir(self, config: DataConfig, kind: str) -> Path:
+        key = stable_hash({"data": asdict(config), "target": self.target.identity(),
+                           "code": code_version("decoding", "training/data.py", "training/corpora.py", "measure/tasks.py")})
+        return cache_root() / "data" / self.profile.name / f"{kind}-{key}"
 
     def draft_dir(self, variant: str) -> Path:
         """Where a variant's draft lives: the given drafts folder, or the cache keyed by everything it came from."""
         if self.drafts_given:
             return self.drafts_given / variant
         key = stable_hash({"draft": asdict(self._draft_config(variant)), "train": asdict(self._train_config(variant)),
-                           "data": self.data_dir.name, "code": code_version("decoding", "drafts", "training")})
+                           "data": self.data_dir.name, "eval": self.eval_dir.name,
+                           "code": code_version("decoding", "drafts", "training")})
         return cache_root() / "drafts" / self.profile.name / f"{variant}-{key}"
 
     def prepare_data(self) -> dict:
-        """The target answers the profile's ShareGPT prompts (resumes; instant when done)."""
-        return prepare_data(self.target, sharegpt_user_turns(), self.data_dir, self.profile.data)
+        """The training data (the profile's source: ShareGPT conversations labelled by the target, or its
+        own answers) and the held-out set (its own answers to prompts never trained on), both cleared of
+        every benchmark task's prompts and answers. Resumes; instant when done."""
+        if complete_meta(self.eval_dir) and complete_meta(self.data_dir):
+            return complete_meta(self.data_dir)
+        training, held = split_corpus(sharegpt_conversations(), benchmark_texts())
+        prepare_data(self.target, held, self.eval_dir, self.profile.data.held_out_set())
+        return prepare_data(self.target, training, self.data_dir, self.profile.data)
 
     def draft(self, variant: str) -> Path:
         """The trained draft of `variant`, training it first if needed (resumes an interrupted run).
@@ -133,7 +148,7 @@ class Study:
                                    f"{self.profile.name!r}; move it away (or pass another drafts folder) to retrain")
         else:
             self.prepare_data()
-            train(self.target, self.data_dir, out, config, recipe)
+            train(self.target, self.data_dir, out, config, recipe, eval_dir=self.eval_dir)
         keep = self.chapter(f"drafts/{variant}")
         for name in (SIDECAR, "metrics.jsonl"):
             shutil.copyfile(out / name, keep / name)

@@ -1,7 +1,16 @@
-"""Self-distilled training data: the target answers ShareGPT prompts itself, and we keep what a
-draft needs to learn the target's own distribution.
+"""Distillation data: conversations labelled by the target in one forward pass.
 
-Per token of every conversation (prompt and response) a shard stores:
+Two sources, one format:
+
+- `corpus` (the official recipe of Clover-2, EAGLE-1 and Medusa-1): ShareGPT conversations *as they
+  are*, human questions and the original answers, rendered with the target's chat template. Whole
+  conversations are packed into long forwards (a block-diagonal causal mask keeps them apart, and
+  positions restart per conversation), so labelling costs one prefill per token;
+- `self`: the target answers ShareGPT prompts itself (greedy, batched), then the same labelling.
+  A decode per token: several times dearer, but exactly the decoding distribution (the held-out
+  evaluation set is made this way).
+
+Per token of every conversation a shard stores:
 
 - `ids` (int32): the token;
 - `hidden` (float16, H): the target's last hidden state *before* the final norm: the draft's input.
@@ -11,18 +20,21 @@ Per token of every conversation (prompt and response) a shard stores:
   this token, as its k most likely tokens and their log-probabilities. The top 32 of SmolLM2 hold
   ~0.97 of the mass on average (measured on its own greedy answers): a sparse top-k keeps the data
   small, and the soft-label loss is taken over those k tokens;
-- `response` (bool): whether the token belongs to the target's answer (the loss mask).
+- `response` (bool): whether the token belongs to an answer, with its end-of-turn markup (the loss mask).
 
 Shards hold a fixed number of conversations, are written under a temporary name and renamed into
 place, and are skipped when they exist: an interrupted run resumes where it stopped. `meta.json`
-records the target's identity and a hash of the data, which checkpoints keep.
+records the target's identity, a hash of the data and the labelling throughput; checkpoints keep
+the hash.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass
+import time
+from collections.abc import Collection
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -31,7 +43,7 @@ from tqdm.auto import tqdm
 
 from clover2.decoding.target import Target
 from clover2.errors import Clover2Error
-from clover2.files import atomic_path, same_config, write_json
+from clover2.files import atomic_path, same_config, stable_hash, write_json
 
 ARRAYS = ("ids", "hidden", "topk_ids", "topk_logp", "response")
 
@@ -48,25 +60,64 @@ class Batch:
 
 @dataclass(frozen=True)
 class DataConfig:
-    conversations: int = 1024  # ShareGPT conversations the target answers
-    turns: int = 1  # user turns per conversation (later turns follow the target's own answers)
-    max_prompt_tokens: int = 384  # conversations whose first prompt is longer are skipped
-    max_new_tokens: int = 192  # cap on each answer
-    batch_size: int = 16  # conversations generated together
+    source: str = "corpus"  # "corpus": conversations as they are (official); "self": the target's own answers
+    tokens: int = 1_000_000  # corpus: conversations in seeded order until this many tokens are labelled
+    max_tokens: int = 1024  # corpus: each conversation's first tokens (the most a draft trains on)
+    pack_tokens: int = 2048  # tokens per labelling forward (whole conversations, packed)
+    conversations: int = 1024  # self: ShareGPT prompts the target answers
+    turns: int = 1  # self: user turns per conversation (later turns follow the target's own answers)
+    max_prompt_tokens: int = 384  # self: conversations whose first prompt is longer are skipped
+    max_new_tokens: int = 192  # self: cap on each answer
+    batch_size: int = 16  # self: conversations generated together
     top_k: int = 32  # size of the stored sparse target distribution
     shard_conversations: int = 128  # conversations per shard (the unit of resumption)
-    seed: int = 0  # shuffles ShareGPT before taking conversations
+    seed: int = 0  # shuffles the corpus before taking conversations
+    eval_conversations: int = 64  # held-out set: the target's own answers to this many prompts never trained on
 
     def __post_init__(self):
-        for name in ("conversations", "turns", "max_prompt_tokens", "max_new_tokens", "batch_size", "top_k",
-                     "shard_conversations"):
+        if self.source not in ("corpus", "self"):
+            raise Clover2Error(f"data config: source={self.source!r}, expected 'corpus' or 'self'")
+        for name in ("tokens", "max_tokens", "pack_tokens", "conversations", "turns", "max_prompt_tokens",
+                     "max_new_tokens", "batch_size", "top_k", "shard_conversations", "eval_conversations"):
             if getattr(self, name) < 1:
                 raise Clover2Error(f"data config: {name} must be >= 1, got {getattr(self, name)}")
+        if self.pack_tokens < self.max_tokens:
+            raise Clover2Error(f"data config: pack_tokens ({self.pack_tokens}) must hold one conversation "
+                               f"of max_tokens ({self.max_tokens})")
+
+    def held_out_set(self) -> DataConfig:
+        """The held-out set's config: the target's own answers to `eval_conversations` first turns."""
+        return replace(self, source="self", conversations=self.eval_conversations, turns=1)
 
 
-def prepare_data(target: Target, prompts: list[list[str]], out: Path, config: DataConfig,
+def held_out(conversation: list[dict]) -> bool:
+    """About 2% of conversations, chosen by a hash of the first user turn: never trained on, whatever
+    the corpus order or size, so that evaluation prompts stay unseen."""
+    return int(stable_hash(conversation[0]["content"], 8), 16) % 50 == 0
+
+
+def split_corpus(corpus: list[list[dict]], exclude: Collection[str]) -> tuple[list[list[dict]], list[list[dict]]]:
+    """The training and the held-out conversations (`held_out`), both cleared of the `exclude` texts."""
+    clean = decontaminate(corpus, exclude)
+    return [c for c in clean if not held_out(c)], [c for c in clean if held_out(c)]
+
+
+def decontaminate(corpus: list[list[dict]], exclude: Collection[str], *, min_chars: int = 40) -> list[list[dict]]:
+    """The conversations that share no line with the `exclude` texts (benchmark prompts and answers):
+    lines of at least `min_chars` characters, compared with whitespace collapsed and case folded."""
+    banned = _lines(exclude, min_chars)
+    return [c for c in corpus if not _lines((m["content"] for m in c), min_chars) & banned]
+
+
+def _lines(texts, min_chars: int) -> set[str]:
+    return {norm for text in texts for line in text.splitlines()
+            if len(norm := " ".join(line.split()).casefold()) >= min_chars}
+
+
+def prepare_data(target: Target, corpus: list[list[dict]], out: Path, config: DataConfig,
                  *, rank: int = 0, world: int = 1) -> dict:
-    """Generate (or finish generating) the data set in `out`; shards are split across `world` ranks."""
+    """Label (or finish labelling) the data set in `out` from `corpus` (conversations of chat
+    messages); shards are split across `world` ranks."""
     out = Path(out)
     meta_path = out / "meta.json"
     identity = target.identity()
@@ -79,7 +130,7 @@ def prepare_data(target: Target, prompts: list[list[str]], out: Path, config: Da
             raise Clover2Error(f"{out} was made with another data config: {meta['config']}")
         if meta.get("complete"):
             return meta
-    chosen = _choose_prompts(target, prompts, config)
+    chosen = _choose(target, corpus, config)
     n_shards = -(-len(chosen) // config.shard_conversations)
     if rank == 0:
         out.mkdir(parents=True, exist_ok=True)
@@ -87,10 +138,21 @@ def prepare_data(target: Target, prompts: list[list[str]], out: Path, config: Da
     todo = [k for k in range(rank, n_shards, world) if not (out / f"shard_{k:05d}").exists()]
     for k in tqdm(todo, desc=f"data shards (rank {rank})", unit="shard"):
         part = chosen[k * config.shard_conversations:(k + 1) * config.shard_conversations]
-        _write_shard(out / f"shard_{k:05d}", target, _conversations(target, part, config), config.top_k)
+        start = time.perf_counter()
+        convs = [conversation_ids(target, c) for c in part] if config.source == "corpus" else \
+            _answered(target, part, config)
+        convs = [(ids[: config.max_tokens], mask[: config.max_tokens]) for ids, mask in convs]
+        _write_shard(out / f"shard_{k:05d}", target, convs, config, seconds=time.perf_counter() - start)
     if rank != 0:
         return {}
     return finalize(out, n_shards)
+
+
+def complete_meta(folder: Path) -> dict | None:
+    """The `meta.json` of a finished data folder; None when it is absent or unfinished."""
+    path = Path(folder) / "meta.json"
+    meta = json.loads(path.read_text()) if path.exists() else {}
+    return meta if meta.get("complete") else None
 
 
 def finalize(out: Path, n_shards: int) -> dict:
@@ -102,40 +164,54 @@ def finalize(out: Path, n_shards: int) -> dict:
         raise Clover2Error(f"{out}: shards still missing: {missing[:5]} (rerun prepare-data to finish them)")
     h = hashlib.sha256()
     tokens = responses = nbytes = 0
+    seconds = {"answer_seconds": 0.0, "label_seconds": 0.0}
     for s in shards:
         ids = np.load(s / "ids.npy")
         h.update(ids.tobytes())
         tokens += len(ids)
         responses += int(np.load(s / "response.npy").sum())
         nbytes += sum((s / f"{a}.npy").stat().st_size for a in ARRAYS) + (s / "offsets.npy").stat().st_size
+        stats = json.loads((s / "stats.json").read_text())
+        seconds = {k: v + stats[k] for k, v in seconds.items()}
     meta |= {"complete": True, "shards": n_shards, "tokens": tokens, "response_tokens": responses,
-             "bytes_per_token": round(nbytes / max(1, tokens), 1), "hash": h.hexdigest()[:16]}
+             "bytes_per_token": round(nbytes / max(1, tokens), 1), "hash": h.hexdigest()[:16],
+             **{k: round(v, 1) for k, v in seconds.items()},
+             "label_tokens_per_s": round(tokens / max(seconds["label_seconds"], 1e-9), 1)}
     write_json(out / "meta.json", meta)
     return meta
 
 
-def _choose_prompts(target: Target, prompts: list[list[str]], config: DataConfig) -> list[list[str]]:
-    """A seeded sample of conversations whose first prompt fits `max_prompt_tokens`."""
-    order = np.random.default_rng(config.seed).permutation(len(prompts))
-    chosen = []
-    for i in order:
-        turns = prompts[i][: config.turns]
-        if len(target.encode_chat([{"role": "user", "content": turns[0]}])) <= config.max_prompt_tokens:
-            chosen.append(turns)
+def _choose(target: Target, corpus: list[list[dict]], config: DataConfig) -> list[list[dict]]:
+    """Conversations in seeded order. Corpus: whole conversations until `tokens` (counting each one's
+    first `max_tokens`, which must hold an answer). Self: the first `turns` user messages of the first
+    `conversations` whose first prompt fits `max_prompt_tokens`."""
+    chosen, tokens = [], 0
+    for i in np.random.default_rng(config.seed).permutation(len(corpus)):
+        if config.source == "self":
+            prompts = [m for m in corpus[i] if m["role"] == "user"][: config.turns]
+            if prompts and len(target.encode_chat(prompts[:1])) <= config.max_prompt_tokens:
+                chosen.append(prompts)
             if len(chosen) == config.conversations:
+                break
+            continue
+        ids, mask = conversation_ids(target, corpus[i])
+        if any(mask[: config.max_tokens]):
+            chosen.append(corpus[i])
+            tokens += min(len(ids), config.max_tokens)
+            if tokens >= config.tokens:
                 break
     return chosen
 
 
-def _conversations(target: Target, part: list[list[str]], config: DataConfig) -> list[tuple[list[int], list[bool]]]:
-    """Token ids and response masks of the conversations, answered turn by turn by the target."""
+def _answered(target: Target, part: list[list[dict]], config: DataConfig) -> list[tuple[list[int], list[bool]]]:
+    """Token ids and answer masks of the prompts' conversations, answered turn by turn by the target."""
     histories: list[list[dict]] = [[] for _ in part]
     for t in range(config.turns):
         live = [i for i, turns in enumerate(part) if t < len(turns)]
         for b in range(0, len(live), config.batch_size):
             batch = live[b:b + config.batch_size]
             for i in batch:
-                histories[i].append({"role": "user", "content": part[i][t]})
+                histories[i].append(part[i][t])
             answers = _generate_batch(target, [target.encode_chat(histories[i]) for i in batch], config)
             for i, answer in zip(batch, answers):
                 histories[i].append({"role": "assistant", "content": answer})
@@ -181,27 +257,59 @@ def conversation_ids(target: Target, messages: list[dict]) -> tuple[list[int], l
     return ids, answer
 
 
-def _write_shard(path: Path, target: Target, conversations: list[tuple[list[int], list[bool]]], top_k: int) -> None:
-    """One forward per conversation captures hidden states and the top-k; written atomically."""
+def _write_shard(path: Path, target: Target, conversations: list[tuple[list[int], list[bool]]], config: DataConfig,
+                 *, seconds: float) -> None:
+    """Label the conversations, packed `pack_tokens` at a time into one forward each; written
+    atomically with the shard's token count and labelling time (`stats.json`)."""
     arrays: dict[str, list[np.ndarray]] = {a: [] for a in ARRAYS}
-    lengths = []
+    start = time.perf_counter()
     with torch.inference_mode():
-        for ids, response in conversations:
-            n = len(ids)
-            out = target.forward(torch.tensor([ids], device=target.device), torch.arange(n, device=target.device)[None],
-                                 target.causal_mask(n), target.new_cache(), hidden=True)
-            top = torch.log_softmax(out.logits[0], dim=-1).topk(top_k, dim=-1)
+        for pack in _packs([len(ids) for ids, _ in conversations], config.pack_tokens):
+            ids = [t for k in pack for t in conversations[k][0]]
+            lengths = [len(conversations[k][0]) for k in pack]
+            out = target.forward(torch.tensor([ids], device=target.device),
+                                 torch.cat([torch.arange(m) for m in lengths]).to(target.device)[None],
+                                 _block_causal_mask(lengths, target), target.new_cache(), hidden=True)
+            top = torch.log_softmax(out.logits[0], dim=-1).topk(config.top_k, dim=-1)
             arrays["ids"].append(np.asarray(ids, dtype=np.int32))
             arrays["hidden"].append(out.hidden[0].float().cpu().numpy().astype(np.float16))
             arrays["topk_ids"].append(top.indices.cpu().numpy().astype(np.int32))
             arrays["topk_logp"].append(top.values.cpu().numpy().astype(np.float16))
-            arrays["response"].append(np.asarray(response, dtype=bool))
-            lengths.append(n)
+            arrays["response"].append(np.asarray([r for k in pack for r in conversations[k][1]], dtype=bool))
+    lengths = [len(ids) for ids, _ in conversations]
     with atomic_path(path) as tmp:
         tmp.mkdir()
         for a, parts in arrays.items():
             np.save(tmp / f"{a}.npy", np.concatenate(parts))
+        # packs keep the conversations in order, so offsets follow the conversations
         np.save(tmp / "offsets.npy", np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64))
+        write_json(tmp / "stats.json", {"tokens": sum(lengths), "conversations": len(lengths),
+                                        "answer_seconds": round(seconds, 2),
+                                        "label_seconds": round(time.perf_counter() - start, 2)})
+
+
+def _packs(lengths: list[int], capacity: int) -> list[list[int]]:
+    """Consecutive conversations grouped into packs of at most `capacity` tokens (in order)."""
+    packs: list[list[int]] = []
+    used = capacity
+    for k, n in enumerate(lengths):
+        if used + n > capacity:
+            packs.append([])
+            used = 0
+        packs[-1].append(k)
+        used += n
+    return packs
+
+
+def _block_causal_mask(lengths: list[int], target: Target) -> torch.Tensor:
+    """The additive `(1, 1, n, n)` mask of packed conversations: each token sees its own conversation's past."""
+    n = sum(lengths)
+    mask = torch.full((n, n), torch.finfo(target.dtype).min, dtype=target.dtype, device=target.device)
+    start = 0
+    for m in lengths:
+        mask[start:start + m, start:start + m] = target.causal_mask(m)[0, 0]
+        start += m
+    return mask[None, None]
 
 
 class DistillData:

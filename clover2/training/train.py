@@ -56,8 +56,12 @@ class TrainConfig:
             raise Clover2Error("train config: give max_steps, max_minutes or epochs")
 
 
-def train(target: Target, data_dir: Path, out: Path, draft_config: DraftConfig, config: TrainConfig) -> dict:
-    """Train (or resume training) a draft into `out`; returns the final evaluation metrics."""
+def train(target: Target, data_dir: Path, out: Path, draft_config: DraftConfig, config: TrainConfig,
+          *, eval_dir: Path | None = None) -> dict:
+    """Train (or resume training) a draft into `out`; returns the final evaluation metrics.
+
+    Held-out evaluation reads `eval_dir` whole (the target's own answers to prompts never trained
+    on: the distribution the draft meets when decoding), or else a held-out tail of `data_dir`."""
     rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
     if config.batch_size % world:
         raise Clover2Error(f"batch_size {config.batch_size} is not divisible by {world} ranks")
@@ -65,7 +69,14 @@ def train(target: Target, data_dir: Path, out: Path, draft_config: DraftConfig, 
     if data.meta["target"] != target.identity():
         raise Clover2Error(f"{data_dir} was made by target {data.meta['target']['name']} "
                            f"(fingerprint {data.meta['target']['fingerprint']}), not {target.name}")
-    train_idx, eval_idx = data.split(config.held_out)
+    if eval_dir is None:
+        train_idx, eval_idx = data.split(config.held_out)
+        eval_data = data
+    else:
+        eval_data = DistillData(eval_dir)
+        if eval_data.meta["target"] != target.identity():
+            raise Clover2Error(f"{eval_dir} was made by target {eval_data.meta['target']['name']}, not {target.name}")
+        train_idx, eval_idx = list(range(len(data.sequences))), list(range(len(eval_data.sequences)))
     V = target.config.get_text_config().vocab_size
     d2t = None
     if draft_config.draft_vocab:
@@ -135,7 +146,7 @@ def train(target: Target, data_dir: Path, out: Path, draft_config: DraftConfig, 
         bar.set_postfix(loss=f"{metrics['loss']:.3f}", top1=f"{metrics.get('head0_top1', 0):.2f}")
         done = state["step"] >= total or (config.max_minutes and state["seconds"] >= 60 * config.max_minutes)
         if done or state["step"] % config.eval_every == 0:
-            ev = evaluate(model, data, eval_idx, t2d, config, target.device)
+            ev = evaluate(model, eval_data, eval_idx, t2d, config, target.device)
             if rank == 0:
                 _append_jsonl(log, {"step": state["step"], "epoch": epoch, "lr": sched.get_last_lr()[0],
                                     "train_seconds": round(state["seconds"], 2), "tokens": state["tokens"],
@@ -149,8 +160,8 @@ def train(target: Target, data_dir: Path, out: Path, draft_config: DraftConfig, 
     bar.close()
     if rank == 0:
         save_draft(out, model, target, draft_config,
-                   extra={"data_hash": data.meta["hash"], "train_config": asdict(config), "train_state": state,
-                          "eval": metrics})
+                   extra={"data_hash": data.meta["hash"], "eval_data_hash": eval_data.meta["hash"],
+                          "train_config": asdict(config), "train_state": state, "eval": metrics})
     return metrics
 
 

@@ -1,0 +1,110 @@
+"""Distillation data: ShareGPT conversations as they are, labelled by the target in packed forwards;
+the held-out split; no benchmark text in the training data; resumable shards."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from clover2.training.corpora import _messages
+from clover2.training.data import (
+    ARRAYS,
+    DataConfig,
+    DistillData,
+    _block_causal_mask,
+    _write_shard,
+    decontaminate,
+    held_out,
+    prepare_data,
+)
+
+CONVERSATIONS = [(list(range(3, 3 + n)), [i >= n // 3 for i in range(n)]) for n in (17, 5, 30, 9, 23)]
+
+
+def _shard(tiny, tmp_path, name: str, pack_tokens: int) -> dict[str, np.ndarray]:
+    config = DataConfig(max_tokens=1, pack_tokens=pack_tokens, top_k=4)
+    _write_shard(tmp_path / name, tiny, CONVERSATIONS, config, seconds=0.0)
+    return {a: np.load(tmp_path / name / f"{a}.npy") for a in (*ARRAYS, "offsets")}
+
+
+def test_packed_labels_equal_one_conversation_at_a_time(tiny, tmp_path):
+    """Several conversations in one forward (block-diagonal mask, positions restarting) give each
+    token the hidden state and top-k it gets alone, on Llama, Qwen2 and Gemma-3 (sliding windows)."""
+    alone, packed = _shard(tiny, tmp_path, "alone", 1), _shard(tiny, tmp_path, "packed", 64)
+    np.testing.assert_array_equal(alone["offsets"], packed["offsets"])
+    np.testing.assert_array_equal(alone["ids"], packed["ids"])
+    np.testing.assert_array_equal(alone["response"], packed["response"])
+    np.testing.assert_allclose(alone["hidden"].astype(np.float32), packed["hidden"].astype(np.float32), atol=2e-3, rtol=1e-3)
+    np.testing.assert_allclose(alone["topk_logp"].astype(np.float32), packed["topk_logp"].astype(np.float32), atol=2e-3)
+    assert (alone["topk_ids"][:, 0] == packed["topk_ids"][:, 0]).mean() > 0.99
+    stats = json.loads((tmp_path / "packed" / "stats.json").read_text())
+    assert stats["tokens"] == sum(len(ids) for ids, _ in CONVERSATIONS)
+
+
+def test_block_causal_mask_keeps_conversations_apart(tiny):
+    mask = _block_causal_mask([2, 3], tiny)[0, 0] == 0
+    expected = torch.tensor([[1, 0, 0, 0, 0], [1, 1, 0, 0, 0], [0, 0, 1, 0, 0], [0, 0, 1, 1, 0], [0, 0, 1, 1, 1]])
+    assert (mask == expected.bool()).all()
+
+
+def test_sharegpt_conversations_keep_alternating_turns_as_they_are():
+    raw = {"conversations": [{"from": "human", "value": "Hi"}, {"from": "gpt", "value": " Hello! "},
+                             {"from": "human", "value": "Bye"}, {"from": "human", "value": "again"},
+                             {"from": "gpt", "value": "lost"}]}
+    assert _messages(raw) == [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"},
+                              {"role": "user", "content": "Bye"}]
+    assert _messages({"conversations": [{"from": "gpt", "value": "I start"}]}) == []
+
+
+def test_decontamination_drops_every_conversation_with_a_benchmark_line():
+    question = "Compose an engaging travel blog post about a recent trip to Hawaii."
+    corpus = [[{"role": "user", "content": f"Please help.\n  {question.upper()}  \nThanks"}],
+              [{"role": "user", "content": "Write a travel blog post."}, {"role": "assistant", "content": "Sure."}]]
+    assert decontaminate(corpus, [question]) == corpus[1:]
+
+
+def test_held_out_split_is_stable_and_small():
+    corpus = [[{"role": "user", "content": f"question number {i}"}] for i in range(5000)]
+    held = [c for c in corpus if held_out(c)]
+    assert 50 < len(held) < 150 and held == [c for c in reversed(corpus) if held_out(c)][::-1]
+
+
+def test_corpus_data_resumes_and_refuses_other_settings(tiny, tmp_path, monkeypatch):
+    """Conversations in seeded order until the token budget; an interrupted run finishes only what
+    is missing; another config in the same folder is refused."""
+    chat = [[{"role": "user", "content": "ab" * (3 + i % 5)}, {"role": "assistant", "content": "cd" * (2 + i % 7)}]
+            for i in range(40)]
+    monkeypatch.setattr(type(tiny), "render_chat", lambda self, m, add_generation_prompt=True: "".join(
+        f"<{x['role'][0]}>{x['content']}" for x in m) + ("<a>" if add_generation_prompt else ""))
+    monkeypatch.setattr(type(tiny), "tokenize", lambda self, text, offsets=False: (
+        [ord(c) % 90 for c in text], [(i, i + 1) for i in range(len(text))]) if offsets else [ord(c) % 90 for c in text])
+    config = DataConfig(tokens=300, max_tokens=40, pack_tokens=80, shard_conversations=4, top_k=4)
+    meta = prepare_data(tiny, chat, tmp_path / "d", config)
+    assert meta["tokens"] >= 300 and meta["label_tokens_per_s"] > 0
+    data = DistillData(tmp_path / "d")
+    assert all(s["response"].any() for s in data.shards)
+    first = np.load(tmp_path / "d" / "shard_00001" / "hidden.npy")
+    (tmp_path / "d" / "meta.json").write_text(json.dumps({**meta, "complete": False}))
+    import shutil
+
+    shutil.rmtree(tmp_path / "d" / "shard_00001")
+    prepare_data(tiny, chat, tmp_path / "d", config)
+    np.testing.assert_array_equal(np.load(tmp_path / "d" / "shard_00001" / "hidden.npy"), first)
+    with pytest.raises(Exception, match="another data config"):
+        prepare_data(tiny, chat, tmp_path / "d", DataConfig(tokens=301, max_tokens=40, pack_tokens=80, top_k=4))
+
+
+@pytest.mark.slow
+def test_training_corpus_shares_no_line_with_any_benchmark_task():
+    from clover2.measure.tasks import benchmark_texts
+    from clover2.training.corpora import sharegpt_conversations
+    from clover2.training.data import _lines, split_corpus
+
+    texts = benchmark_texts()
+    training, held = split_corpus(sharegpt_conversations(), texts)
+    assert len(training) > 10_000 and 100 < len(held) < len(training) // 20
+    banned = _lines(texts, 40)
+    assert not any(_lines((m["content"] for m in c), 40) & banned for c in training + held)
