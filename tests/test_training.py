@@ -177,3 +177,26 @@ def test_incomplete_data_is_refused(tmp_path):
     (tmp_path / "meta.json").write_text(json.dumps({"target": {}, "config": {}, "complete": False}))
     with pytest.raises(Clover2Error, match="incomplete"):
         DistillData(tmp_path)
+
+
+@pytest.mark.parametrize("schedule, end", [("constant", 1.0), ("linear", 0.0), ("cosine", 0.0)])
+def test_learning_rate_warms_up_then_follows_its_schedule(schedule, end):
+    cfg = TrainConfig(warmup_steps=10, schedule=schedule)
+    factors = [cfg.lr_factor(s, 100) for s in range(100)]
+    assert factors[0] == pytest.approx(0.1) and factors[9] == pytest.approx(1.0)
+    assert factors[-1] == pytest.approx(end, abs=1e-9)
+    assert all(a >= b for a, b in zip(factors[9:], factors[10:]))  # never rises after warm-up
+
+
+def test_keep_best_saves_the_draft_of_the_lowest_held_out_loss(target, data, tmp_path, monkeypatch):
+    losses = iter([3.0, 1.0, 2.0, 2.5])
+    real = train_mod.evaluate
+
+    def evaluate(*args, **kwargs):
+        return {**real(*args, **kwargs), "loss": next(losses)}
+
+    monkeypatch.setattr(train_mod, "evaluate", evaluate)
+    cfg = replace(CFG, max_steps=8, eval_every=2, keep_best=True)
+    train(target, data, tmp_path / "d", DraftConfig(num_heads=2), cfg)
+    meta = json.loads((tmp_path / "d" / "draft.json").read_text())
+    assert meta["best_step"] == 4 and meta["eval"]["loss"] == 1.0

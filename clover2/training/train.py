@@ -10,6 +10,7 @@ on GPU nccl. Run `torchrun --nproc-per-node N -m clover2.cli train ...`.
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from dataclasses import asdict, dataclass
@@ -36,7 +37,10 @@ class TrainConfig:
     lr: float = 1e-3  # official Clover-2 learning rate
     betas: tuple[float, float] = (0.9, 0.95)  # official AdamW betas
     weight_decay: float = 0.01  # AdamW's default
-    warmup_steps: int = 50  # linear warm-up, then constant (the official schedule is ~constant past warm-up)
+    warmup_steps: int = 50  # linear warm-up from 0
+    # after warm-up: "constant" (the official schedule is ~constant over its run), or a decay to 0 at
+    # the last step, "linear" or "cosine" (standard at small budgets)
+    schedule: str = "constant"
     clip_value: float = 0.5  # clip_grad_value_ as in the official code
     batch_size: int = 8  # sequences per global batch (split across ranks)
     max_len: int = 640  # tokens per sequence (longer ones are cut)
@@ -47,6 +51,7 @@ class TrainConfig:
     eval_batches: int = 8  # held-out batches per evaluation
     held_out: float = 0.05  # share of sequences held out
     autocast_bf16: bool = False  # bf16 autocast (fast on GPUs and CPUs with native bf16)
+    keep_best: bool = False  # the saved draft is the one with the lowest held-out loss, not the last
     seed: int = 0
 
     def __post_init__(self):
@@ -54,6 +59,15 @@ class TrainConfig:
             raise Clover2Error(f"train config: need lr > 0, batch_size >= 1, max_len >= 8, eval_every >= 1: {self}")
         if not self.max_steps and not self.max_minutes and self.epochs < 1:
             raise Clover2Error("train config: give max_steps, max_minutes or epochs")
+        if self.schedule not in ("constant", "linear", "cosine"):
+            raise Clover2Error(f"train config: schedule={self.schedule!r}, expected constant, linear or cosine")
+
+    def lr_factor(self, step: int, total: int) -> float:
+        """The learning rate at `step` (0-based) of `total`, as a fraction of `lr`."""
+        warm = min(1.0, (step + 1) / max(1, self.warmup_steps))
+        progress = min(1.0, max(0.0, (step + 1 - self.warmup_steps) / max(1, total - self.warmup_steps)))
+        decay = {"constant": 1.0, "linear": 1.0 - progress, "cosine": 0.5 * (1 + math.cos(math.pi * progress))}
+        return warm * decay[self.schedule]
 
 
 def train(target: Target, data_dir: Path, out: Path, draft_config: DraftConfig, config: TrainConfig,
@@ -89,8 +103,14 @@ def train(target: Target, data_dir: Path, out: Path, draft_config: DraftConfig, 
     t2d[model.d2t] = torch.arange(len(model.d2t))
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=config.lr, betas=config.betas, weight_decay=config.weight_decay)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / max(1, config.warmup_steps)))
+    steps_per_epoch = len(train_idx) // config.batch_size
+    if steps_per_epoch < 1:
+        raise Clover2Error(f"only {len(train_idx)} training sequences for a batch of {config.batch_size}")
+    total = config.epochs * steps_per_epoch
+    total = min(total, config.max_steps) if config.max_steps else total
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: config.lr_factor(s, total))
     state = {"step": 0, "seconds": 0.0, "tokens": 0}
+    best: dict = {"loss": math.inf}  # the best held-out evaluation so far, with its weights (keep_best)
     ckpt = out / "checkpoint"
     if (ckpt / "state.pt").exists():
         saved = torch.load(ckpt / "state.pt", weights_only=False)
@@ -100,13 +120,8 @@ def train(target: Target, data_dir: Path, out: Path, draft_config: DraftConfig, 
         opt.load_state_dict(saved["optimizer"])
         sched.load_state_dict(saved["scheduler"])
         torch.set_rng_state(saved["rng"])
-        state = saved["state"]
+        state, best = saved["state"], saved["best"]
     ddp = torch.nn.parallel.DistributedDataParallel(model) if world > 1 else model
-    steps_per_epoch = len(train_idx) // config.batch_size
-    if steps_per_epoch < 1:
-        raise Clover2Error(f"only {len(train_idx)} training sequences for a batch of {config.batch_size}")
-    total = config.epochs * steps_per_epoch
-    total = min(total, config.max_steps) if config.max_steps else total
     log = out / "metrics.jsonl"
     bar = tqdm(total=total, initial=state["step"], desc=f"train {draft_config.arch}", unit="step", disable=rank != 0)
     metrics: dict = {}
@@ -147,21 +162,28 @@ def train(target: Target, data_dir: Path, out: Path, draft_config: DraftConfig, 
         done = state["step"] >= total or (config.max_minutes and state["seconds"] >= 60 * config.max_minutes)
         if done or state["step"] % config.eval_every == 0:
             ev = evaluate(model, eval_data, eval_idx, t2d, config, target.device)
+            if config.keep_best and ev["loss"] < best["loss"]:
+                best = {"loss": ev["loss"], "step": state["step"], "eval": ev,
+                        "model": {k: v.detach().clone() for k, v in model.state_dict().items()}}
             if rank == 0:
                 _append_jsonl(log, {"step": state["step"], "epoch": epoch, "lr": sched.get_last_lr()[0],
                                     "train_seconds": round(state["seconds"], 2), "tokens": state["tokens"],
                                     "tokens_per_s": round(state["tokens"] / max(state["seconds"], 1e-9), 1),
                                     **{f"train_{k}": v for k, v in metrics.items()},
                                     **{f"eval_{k}": v for k, v in ev.items()}})
-                _save_state(ckpt, model, opt, sched, state, draft_config, config)
+                _save_state(ckpt, model, opt, sched, state, draft_config, config, best)
             metrics = ev
         if done:
             break
     bar.close()
+    if config.keep_best and "model" in best:  # the weights of the best held-out evaluation
+        model.load_state_dict(best["model"])
+        metrics = best["eval"]
     if rank == 0:
         save_draft(out, model, target, draft_config,
                    extra={"data_hash": data.meta["hash"], "eval_data_hash": eval_data.meta["hash"],
-                          "train_config": asdict(config), "train_state": state, "eval": metrics})
+                          "train_config": asdict(config), "train_state": state, "eval": metrics,
+                          "best_step": best.get("step", state["step"])})
     return metrics
 
 
@@ -186,12 +208,12 @@ def _to(batch: Batch, device) -> Batch:
     return Batch(**{f: getattr(batch, f).to(device) for f in batch.__dataclass_fields__})
 
 
-def _save_state(ckpt: Path, model, opt, sched, state, draft_config, config) -> None:
-    """The resumable training state, replaced atomically."""
+def _save_state(ckpt: Path, model, opt, sched, state, draft_config, config, best) -> None:
+    """The resumable training state (with the best evaluation so far), replaced atomically."""
     with atomic_path(ckpt / "state.pt") as tmp:
         torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
                     "rng": torch.get_rng_state(), "state": state, "draft_config": asdict(draft_config),
-                    "train_config": asdict(config)}, tmp)
+                    "train_config": asdict(config), "best": best}, tmp)
 
 
 def _append_jsonl(path: Path, row: dict) -> None:
