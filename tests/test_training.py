@@ -55,7 +55,7 @@ def fake_data(folder: Path, target, *, seqs: int = 24, length: int = 20, k: int 
         for a, p in parts.items():
             np.save(d / f"{a}.npy", np.concatenate(p))
         np.save(d / "offsets.npy", np.concatenate([[0], np.cumsum(lengths)]))
-        write_json(d / "stats.json", {"tokens": sum(lengths), "conversations": len(lengths), "answer_seconds": 0.0,
+        write_json(d / "stats.json", {"source": "corpus", "tokens": sum(lengths), "conversations": len(lengths), "answer_seconds": 0.0,
                                       "label_seconds": 1.0})
     finalize(folder, 2)
     return folder

@@ -128,8 +128,8 @@ class Study:
         return cache_root() / "drafts" / self.profile.name / f"{variant}-{key}"
 
     def prepare_data(self) -> dict:
-        """The training data (the profile's source: ShareGPT conversations labelled by the target, or its
-        own answers) and the held-out set (its own answers to prompts never trained on), both cleared of
+        """The training data (ShareGPT conversations as they are and/or the target's own answers, each
+        labelled by the target) and the held-out set (its own answers to prompts never trained on), both cleared of
         every benchmark task's prompts and answers. Resumes; instant when done."""
         if complete_meta(self.eval_dir) and complete_meta(self.data_dir):
             return complete_meta(self.data_dir)

@@ -45,6 +45,7 @@ from clover2.decoding.target import Target
 from clover2.errors import Clover2Error
 from clover2.files import atomic_path, same_config, stable_hash, write_json
 
+SOURCES = ("corpus", "self")  # conversations as they are; the target's own answers
 ARRAYS = ("ids", "hidden", "topk_ids", "topk_logp", "response")
 
 
@@ -60,11 +61,13 @@ class Batch:
 
 @dataclass(frozen=True)
 class DataConfig:
-    source: str = "corpus"  # "corpus": conversations as they are (official); "self": the target's own answers
-    tokens: int = 1_000_000  # corpus: conversations in seeded order until this many tokens are labelled
-    max_tokens: int = 1024  # corpus: each conversation's first tokens (the most a draft trains on)
+    """A data set of the two sources, either or both: `tokens` of conversations as they are (the
+    official recipe) and `conversations` answered by the target itself (mixed in by `TrainConfig.self_weight`)."""
+
+    tokens: int = 1_000_000  # corpus: conversations in seeded order until this many tokens are labelled (0: none)
+    max_tokens: int = 1024  # each conversation's first tokens (the most a draft trains on)
     pack_tokens: int = 2048  # tokens per labelling forward (whole conversations, packed)
-    conversations: int = 1024  # self: ShareGPT prompts the target answers
+    conversations: int = 0  # self: ShareGPT prompts the target answers (0: none)
     turns: int = 1  # self: user turns per conversation (later turns follow the target's own answers)
     max_prompt_tokens: int = 384  # self: conversations whose first prompt is longer are skipped
     max_new_tokens: int = 192  # self: cap on each answer
@@ -75,19 +78,19 @@ class DataConfig:
     eval_conversations: int = 64  # held-out set: the target's own answers to this many prompts never trained on
 
     def __post_init__(self):
-        if self.source not in ("corpus", "self"):
-            raise Clover2Error(f"data config: source={self.source!r}, expected 'corpus' or 'self'")
-        for name in ("tokens", "max_tokens", "pack_tokens", "conversations", "turns", "max_prompt_tokens",
-                     "max_new_tokens", "batch_size", "top_k", "shard_conversations", "eval_conversations"):
+        for name in ("max_tokens", "pack_tokens", "turns", "max_prompt_tokens", "max_new_tokens", "batch_size",
+                     "top_k", "shard_conversations", "eval_conversations"):
             if getattr(self, name) < 1:
                 raise Clover2Error(f"data config: {name} must be >= 1, got {getattr(self, name)}")
+        if self.tokens < 0 or self.conversations < 0 or not (self.tokens or self.conversations):
+            raise Clover2Error(f"data config: tokens (corpus) or conversations (self) must be > 0: {self}")
         if self.pack_tokens < self.max_tokens:
             raise Clover2Error(f"data config: pack_tokens ({self.pack_tokens}) must hold one conversation "
                                f"of max_tokens ({self.max_tokens})")
 
     def held_out_set(self) -> DataConfig:
         """The held-out set's config: the target's own answers to `eval_conversations` first turns."""
-        return replace(self, source="self", conversations=self.eval_conversations, turns=1)
+        return replace(self, tokens=0, conversations=self.eval_conversations, turns=1)
 
 
 def held_out(conversation: list[dict]) -> bool:
@@ -130,19 +133,21 @@ def prepare_data(target: Target, corpus: list[list[dict]], out: Path, config: Da
             raise Clover2Error(f"{out} was made with another data config: {meta['config']}")
         if meta.get("complete"):
             return meta
-    chosen = _choose(target, corpus, config)
-    n_shards = -(-len(chosen) // config.shard_conversations)
+    S = config.shard_conversations
+    shards = [(source, items[i:i + S]) for source, items in zip(SOURCES, _choose(target, corpus, config))
+              for i in range(0, len(items), S)]  # each shard holds one source
+    n_shards = len(shards)
     if rank == 0:
         out.mkdir(parents=True, exist_ok=True)
         write_json(meta_path, {"target": identity, "config": asdict(config), "complete": False})
     todo = [k for k in range(rank, n_shards, world) if not (out / f"shard_{k:05d}").exists()]
     for k in tqdm(todo, desc=f"data shards (rank {rank})", unit="shard"):
-        part = chosen[k * config.shard_conversations:(k + 1) * config.shard_conversations]
+        source, part = shards[k]
         start = time.perf_counter()
-        convs = [conversation_ids(target, c) for c in part] if config.source == "corpus" else \
-            _answered(target, part, config)
+        convs = [conversation_ids(target, c) for c in part] if source == "corpus" else _answered(target, part, config)
         convs = [(ids[: config.max_tokens], mask[: config.max_tokens]) for ids, mask in convs]
-        _write_shard(out / f"shard_{k:05d}", target, convs, config, seconds=time.perf_counter() - start)
+        _write_shard(out / f"shard_{k:05d}", target, convs, config, source=source,
+                     seconds=time.perf_counter() - start)
     if rank != 0:
         return {}
     return finalize(out, n_shards)
@@ -165,6 +170,7 @@ def finalize(out: Path, n_shards: int) -> dict:
     h = hashlib.sha256()
     tokens = responses = nbytes = 0
     seconds = {"answer_seconds": 0.0, "label_seconds": 0.0}
+    by_source = dict.fromkeys(SOURCES, 0)
     for s in shards:
         ids = np.load(s / "ids.npy")
         h.update(ids.tobytes())
@@ -173,34 +179,37 @@ def finalize(out: Path, n_shards: int) -> dict:
         nbytes += sum((s / f"{a}.npy").stat().st_size for a in ARRAYS) + (s / "offsets.npy").stat().st_size
         stats = json.loads((s / "stats.json").read_text())
         seconds = {k: v + stats[k] for k, v in seconds.items()}
+        by_source[stats["source"]] += stats["tokens"]
     meta |= {"complete": True, "shards": n_shards, "tokens": tokens, "response_tokens": responses,
              "bytes_per_token": round(nbytes / max(1, tokens), 1), "hash": h.hexdigest()[:16],
-             **{k: round(v, 1) for k, v in seconds.items()},
+             **{k: round(v, 1) for k, v in seconds.items()}, **{f"{k}_tokens": v for k, v in by_source.items()},
              "label_tokens_per_s": round(tokens / max(seconds["label_seconds"], 1e-9), 1)}
     write_json(out / "meta.json", meta)
     return meta
 
 
-def _choose(target: Target, corpus: list[list[dict]], config: DataConfig) -> list[list[dict]]:
-    """Conversations in seeded order. Corpus: whole conversations until `tokens` (counting each one's
-    first `max_tokens`, which must hold an answer). Self: the first `turns` user messages of the first
-    `conversations` whose first prompt fits `max_prompt_tokens`."""
-    chosen, tokens = [], 0
-    for i in np.random.default_rng(config.seed).permutation(len(corpus)):
-        if config.source == "self":
-            prompts = [m for m in corpus[i] if m["role"] == "user"][: config.turns]
-            if prompts and len(target.encode_chat(prompts[:1])) <= config.max_prompt_tokens:
-                chosen.append(prompts)
-            if len(chosen) == config.conversations:
-                break
-            continue
+def _choose(target: Target, corpus: list[list[dict]], config: DataConfig) -> tuple[list, list]:
+    """Conversations in seeded order: for the corpus part, whole conversations until `tokens` (counting
+    each one's first `max_tokens`, which must hold an answer); for the self part, from the conversations
+    after those, the first `turns` user messages of `conversations` whose first prompt fits
+    `max_prompt_tokens`."""
+    order = iter(np.random.default_rng(config.seed).permutation(len(corpus)))
+    as_is, tokens = [], 0
+    for i in order if config.tokens else ():
         ids, mask = conversation_ids(target, corpus[i])
         if any(mask[: config.max_tokens]):
-            chosen.append(corpus[i])
+            as_is.append(corpus[i])
             tokens += min(len(ids), config.max_tokens)
             if tokens >= config.tokens:
                 break
-    return chosen
+    prompts = []
+    for i in order if config.conversations else ():
+        turns = [m for m in corpus[i] if m["role"] == "user"][: config.turns]
+        if len(target.encode_chat(turns[:1])) <= config.max_prompt_tokens:
+            prompts.append(turns)
+            if len(prompts) == config.conversations:
+                break
+    return as_is, prompts
 
 
 def _answered(target: Target, part: list[list[dict]], config: DataConfig) -> list[tuple[list[int], list[bool]]]:
@@ -258,7 +267,7 @@ def conversation_ids(target: Target, messages: list[dict]) -> tuple[list[int], l
 
 
 def _write_shard(path: Path, target: Target, conversations: list[tuple[list[int], list[bool]]], config: DataConfig,
-                 *, seconds: float) -> None:
+                 *, source: str = "corpus", seconds: float) -> None:
     """Label the conversations, packed `pack_tokens` at a time into one forward each; written
     atomically with the shard's token count and labelling time (`stats.json`)."""
     arrays: dict[str, list[np.ndarray]] = {a: [] for a in ARRAYS}
@@ -283,7 +292,7 @@ def _write_shard(path: Path, target: Target, conversations: list[tuple[list[int]
             np.save(tmp / f"{a}.npy", np.concatenate(parts))
         # packs keep the conversations in order, so offsets follow the conversations
         np.save(tmp / "offsets.npy", np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64))
-        write_json(tmp / "stats.json", {"tokens": sum(lengths), "conversations": len(lengths),
+        write_json(tmp / "stats.json", {"source": source, "tokens": sum(lengths), "conversations": len(lengths),
                                         "answer_seconds": round(seconds, 2),
                                         "label_seconds": round(time.perf_counter() - start, 2)})
 
@@ -327,6 +336,9 @@ class DistillData:
                         for a in (*ARRAYS, "offsets")} for k in range(self.meta["shards"])]
         self.sequences = [(k, int(o[i]), int(o[i + 1])) for k, s in enumerate(self.shards)
                           for o in [s["offsets"]] for i in range(len(o) - 1)]
+        sources = [json.loads((self.folder / f"shard_{k:05d}" / "stats.json").read_text())["source"]
+                   for k in range(self.meta["shards"])]
+        self.source = [sources[k] for k, _, _ in self.sequences]  # per sequence: "corpus" or "self"
 
     def split(self, held_out: float = 0.05) -> tuple[list[int], list[int]]:
         """Sequence indices for training and a held-out tail for evaluation."""

@@ -52,6 +52,7 @@ class TrainConfig:
     held_out: float = 0.05  # share of sequences held out
     autocast_bf16: bool = False  # bf16 autocast (fast on GPUs and CPUs with native bf16)
     keep_best: bool = False  # the saved draft is the one with the lowest held-out loss, not the last
+    self_weight: int = 1  # each of the target's own answers is drawn this many times per epoch (a corpus conversation once)
     seed: int = 0
 
     def __post_init__(self):
@@ -59,6 +60,8 @@ class TrainConfig:
             raise Clover2Error(f"train config: need lr > 0, batch_size >= 1, max_len >= 8, eval_every >= 1: {self}")
         if not self.max_steps and not self.max_minutes and self.epochs < 1:
             raise Clover2Error("train config: give max_steps, max_minutes or epochs")
+        if self.self_weight < 1:
+            raise Clover2Error(f"train config: self_weight must be >= 1, got {self.self_weight}")
         if self.schedule not in ("constant", "linear", "cosine"):
             raise Clover2Error(f"train config: schedule={self.schedule!r}, expected constant, linear or cosine")
 
@@ -103,9 +106,11 @@ def train(target: Target, data_dir: Path, out: Path, draft_config: DraftConfig, 
     t2d[model.d2t] = torch.arange(len(model.d2t))
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=config.lr, betas=config.betas, weight_decay=config.weight_decay)
-    steps_per_epoch = len(train_idx) // config.batch_size
+    # an epoch: every corpus conversation once, every self-generated one `self_weight` times
+    epoch_idx = [i for i in train_idx for _ in range(config.self_weight if data.source[i] == "self" else 1)]
+    steps_per_epoch = len(epoch_idx) // config.batch_size
     if steps_per_epoch < 1:
-        raise Clover2Error(f"only {len(train_idx)} training sequences for a batch of {config.batch_size}")
+        raise Clover2Error(f"only {len(epoch_idx)} training sequences for a batch of {config.batch_size}")
     total = config.epochs * steps_per_epoch
     total = min(total, config.max_steps) if config.max_steps else total
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: config.lr_factor(s, total))
@@ -128,7 +133,7 @@ def train(target: Target, data_dir: Path, out: Path, draft_config: DraftConfig, 
     while state["step"] < total:
         step = state["step"]
         epoch, k = divmod(step, steps_per_epoch)
-        perm = np.random.default_rng([config.seed, epoch]).permutation(train_idx)
+        perm = np.random.default_rng([config.seed, epoch]).permutation(epoch_idx)
         glob = perm[k * config.batch_size:(k + 1) * config.batch_size].tolist()
         local = glob[rank * len(glob) // world:(rank + 1) * len(glob) // world]
         start = time.perf_counter()
