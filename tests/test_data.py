@@ -8,6 +8,8 @@ import json
 import numpy as np
 import pytest
 import torch
+from conftest import tiny_target
+from test_training import fake_data
 
 from clover2.training.corpora import _messages
 from clover2.training.data import (
@@ -108,3 +110,12 @@ def test_training_corpus_shares_no_line_with_any_benchmark_task():
     assert len(training) > 10_000 and 100 < len(held) < len(training) // 20
     banned = _lines(texts, 40)
     assert not any(_lines((m["content"] for m in c), 40) & banned for c in training + held)
+
+
+def test_label_mask_drops_answer_tokens_outside_the_targets_top_k(tmp_path):
+    data = DistillData(fake_data(tmp_path / "d", tiny_target("llama"), seqs=4, length=12, k=2))
+    t2d = torch.arange(96)
+    full = data.batch([0, 1], max_len=12, t2d=t2d)
+    masked = data.batch([0, 1], max_len=12, t2d=t2d, label_mask=True)
+    inside = (full.topk_ids == full.next_ids[..., None]).any(-1)  # x_{t+1} among the target's top-k at t
+    assert torch.equal(masked.mask, full.mask & inside) and masked.mask.sum() < full.mask.sum()

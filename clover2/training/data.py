@@ -353,8 +353,9 @@ class DistillData:
             np.add.at(counts, s["ids"][a:b][s["response"][a:b]], 1)
         return counts
 
-    def batch(self, indices: list[int], *, max_len: int, t2d: torch.Tensor) -> Batch:
-        """Right-padded tensors for the sequences `indices`, truncated to `max_len` tokens."""
+    def batch(self, indices: list[int], *, max_len: int, t2d: torch.Tensor, label_mask: bool = False) -> Batch:
+        """Right-padded tensors for the sequences `indices`, truncated to `max_len` tokens; with
+        `label_mask`, answer tokens outside the target's stored top-k after them leave the loss mask."""
         spans = [self.sequences[i] for i in indices]
         T = min(max_len, max(b - a for _, a, b in spans))
         B, H, k = len(spans), self.shards[0]["hidden"].shape[1], self.shards[0]["topk_ids"].shape[1]
@@ -370,6 +371,8 @@ class DistillData:
             top_ids[r, :n] = s["topk_ids"][a:a + n]
             top_lp[r, :n] = s["topk_logp"][a:a + n]
             mask[r, :n - 1] = s["response"][a + 1:a + n]
+            if label_mask:
+                mask[r, :n - 1] &= (s["topk_ids"][a:a + n - 1] == s["ids"][a + 1:a + n, None]).any(-1)
         nxt_t = torch.from_numpy(nxt)
         return Batch(h=torch.from_numpy(h), next_ids=nxt_t, topk_ids=t2d[torch.from_numpy(top_ids)],
                      topk_p=torch.from_numpy(top_lp).exp(), label_ids=t2d[nxt_t], mask=torch.from_numpy(mask))

@@ -52,6 +52,9 @@ class TrainConfig:
     held_out: float = 0.05  # share of sequences held out
     autocast_bf16: bool = False  # bf16 autocast (fast on GPUs and CPUs with native bf16)
     keep_best: bool = False  # the saved draft is the one with the lowest held-out loss, not the last
+    # drop answer tokens outside the target's top-k from the training loss (what the official code's
+    # unused --label_mask option intends); held-out evaluation always counts every answer token
+    label_mask: bool = False
     self_weight: int = 1  # each of the target's own answers is drawn this many times per epoch (a corpus conversation once)
     seed: int = 0
 
@@ -137,7 +140,7 @@ def train(target: Target, data_dir: Path, out: Path, draft_config: DraftConfig, 
         glob = perm[k * config.batch_size:(k + 1) * config.batch_size].tolist()
         local = glob[rank * len(glob) // world:(rank + 1) * len(glob) // world]
         start = time.perf_counter()
-        batch = data.batch(local, max_len=config.max_len, t2d=t2d)
+        batch = data.batch(local, max_len=config.max_len, t2d=t2d, label_mask=config.label_mask)
         counts = head_counts(batch, model.trained_heads)
         if world > 1:
             dist.all_reduce(counts)
