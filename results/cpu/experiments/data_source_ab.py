@@ -6,6 +6,7 @@ evaluated on the target's own answers to held-out prompts. Stages, in order (wor
     python data_source_ab.py self
     python data_source_ab.py train corpus '{"eval_batches": 4}'
     python data_source_ab.py train self '{"eval_batches": 4}'
+    python data_source_ab.py train corpus '{"eval_batches": 4, "autocast_bf16": true}' bf16   # a tagged variant
 """
 
 import json
@@ -36,7 +37,8 @@ def main(stage: str, *args: str) -> None:
     else:
         name = args[0]
         recipe = replace(profile.train_config("clover2"), **(json.loads(args[1]) if len(args) > 1 else {}))
-        meta = train(target, OUT / name, OUT / f"draft-{name}", profile.draft_config("clover2"), recipe,
+        tag = f"-{args[2]}" if len(args) > 2 else ""
+        meta = train(target, OUT / name, OUT / f"draft-{name}{tag}", profile.draft_config("clover2"), recipe,
                      eval_dir=OUT / "eval")
     print(json.dumps(meta))
 
