@@ -74,15 +74,20 @@ def test_held_out_split_is_stable_and_small():
     assert 50 < len(held) < 150 and held == [c for c in reversed(corpus) if held_out(c)][::-1]
 
 
+def _char_chat(tiny, monkeypatch) -> None:
+    """A one-character-per-token chat template for the tiny target (its tokenizer has no offsets)."""
+    monkeypatch.setattr(type(tiny), "render_chat", lambda self, m, add_generation_prompt=True: "".join(
+        f"<{x['role'][0]}>{x['content']}" for x in m) + ("<a>" if add_generation_prompt else ""))
+    monkeypatch.setattr(type(tiny), "tokenize", lambda self, text, offsets=False: (
+        [ord(c) % 90 for c in text], [(i, i + 1) for i in range(len(text))]) if offsets else [ord(c) % 90 for c in text])
+
+
 def test_corpus_data_resumes_and_refuses_other_settings(tiny, tmp_path, monkeypatch):
     """Conversations in seeded order until the token budget; an interrupted run finishes only what
     is missing; another config in the same folder is refused."""
     chat = [[{"role": "user", "content": "ab" * (3 + i % 5)}, {"role": "assistant", "content": "cd" * (2 + i % 7)}]
             for i in range(40)]
-    monkeypatch.setattr(type(tiny), "render_chat", lambda self, m, add_generation_prompt=True: "".join(
-        f"<{x['role'][0]}>{x['content']}" for x in m) + ("<a>" if add_generation_prompt else ""))
-    monkeypatch.setattr(type(tiny), "tokenize", lambda self, text, offsets=False: (
-        [ord(c) % 90 for c in text], [(i, i + 1) for i in range(len(text))]) if offsets else [ord(c) % 90 for c in text])
+    _char_chat(tiny, monkeypatch)
     config = DataConfig(tokens=300, max_tokens=40, pack_tokens=80, shard_conversations=4, top_k=4)
     meta = prepare_data(tiny, chat, tmp_path / "d", config)
     assert meta["tokens"] >= 300 and meta["label_tokens_per_s"] > 0
@@ -119,3 +124,22 @@ def test_label_mask_drops_answer_tokens_outside_the_targets_top_k(tmp_path):
     masked = data.batch([0, 1], max_len=12, t2d=t2d, label_mask=True)
     inside = (full.topk_ids == full.next_ids[..., None]).any(-1)  # x_{t+1} among the target's top-k at t
     assert torch.equal(masked.mask, full.mask & inside) and masked.mask.sum() < full.mask.sum()
+
+
+def test_a_mix_holds_both_sources_and_weights_the_targets_own_answers(tiny, tmp_path, monkeypatch):
+    """`tokens` of corpus text plus `conversations` answered by the target: both sources land in
+    their own shards, and an epoch draws each self-generated sequence `self_weight` times."""
+    from clover2.training.train import epoch_sequences
+
+    chat = [[{"role": "user", "content": f"question {i}"}, {"role": "assistant", "content": f"answer {i}"}]
+            for i in range(30)]
+    _char_chat(tiny, monkeypatch)
+    config = DataConfig(tokens=60, conversations=3, max_tokens=24, pack_tokens=48, max_new_tokens=4,
+                        shard_conversations=2, top_k=4)
+    prepare_data(tiny, chat, tmp_path / "d", config)
+    data = DistillData(tmp_path / "d")
+    assert data.source.count("self") == 3 and data.source.count("corpus") >= 2
+    idx = list(range(len(data.source)))
+    epoch = epoch_sequences(idx, data.source, 3)
+    assert all(epoch.count(i) == (3 if data.source[i] == "self" else 1) for i in idx)
+    assert len(epoch) == len(idx) + 2 * 3

@@ -230,12 +230,13 @@ def _answered(target: Target, part: list[list[dict]], config: DataConfig) -> lis
 def _generate_batch(target: Target, prompts: list[list[int]], config: DataConfig) -> list[str]:
     """Greedy answers, batched with left padding through Hugging Face `generate`."""
     width = max(map(len, prompts))
-    pad = target.eos_token_ids[0]
+    eos = list(target.eos_token_ids) or None
+    pad = eos[0] if eos else 0  # masked out: any id does
     ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=target.device)
     mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=target.device)
     with torch.inference_mode():
         out = target.model.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=config.max_new_tokens,
-                                    eos_token_id=list(target.eos_token_ids), pad_token_id=pad,
+                                    eos_token_id=eos, pad_token_id=pad,
                                     temperature=None, top_p=None, top_k=None)
     return [target.decode(row[width:].tolist()) for row in out]
 

@@ -76,6 +76,11 @@ class TrainConfig:
         return warm * decay[self.schedule]
 
 
+def epoch_sequences(train_idx: list[int], source: list[str], self_weight: int) -> list[int]:
+    """One epoch of the mix: every corpus conversation once, every self-generated one `self_weight` times."""
+    return [i for i in train_idx for _ in range(self_weight if source[i] == "self" else 1)]
+
+
 def train(target: Target, data_dir: Path, out: Path, draft_config: DraftConfig, config: TrainConfig,
           *, eval_dir: Path | None = None) -> dict:
     """Train (or resume training) a draft into `out`; returns the final evaluation metrics.
@@ -109,8 +114,7 @@ def train(target: Target, data_dir: Path, out: Path, draft_config: DraftConfig, 
     t2d[model.d2t] = torch.arange(len(model.d2t))
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=config.lr, betas=config.betas, weight_decay=config.weight_decay)
-    # an epoch: every corpus conversation once, every self-generated one `self_weight` times
-    epoch_idx = [i for i in train_idx for _ in range(config.self_weight if data.source[i] == "self" else 1)]
+    epoch_idx = epoch_sequences(train_idx, data.source, config.self_weight)
     steps_per_epoch = len(epoch_idx) // config.batch_size
     if steps_per_epoch < 1:
         raise Clover2Error(f"only {len(epoch_idx)} training sequences for a batch of {config.batch_size}")
