@@ -1,5 +1,5 @@
 """A/B: Clover-2 trained on ShareGPT as is (prefill-labelled) vs on the target's own answers, both
-evaluated on the target's own answers to held-out prompts. Stages, in order (work folder /tmp/ab):
+evaluated on the target's own answers to held-out prompts. Stages, in order (work folder $CLOVER2_CACHE/experiments):
 
     python data_source_ab.py eval
     python data_source_ab.py corpus 150000
@@ -12,15 +12,15 @@ evaluated on the target's own answers to held-out prompts. Stages, in order (wor
 import json
 import sys
 from dataclasses import replace
-from pathlib import Path
 
 from clover2.measure.tasks import benchmark_texts
+from clover2.paths import cache_root
 from clover2.profiles import load_profile
 from clover2.training.corpora import sharegpt_conversations
 from clover2.training.data import prepare_data, split_corpus
 from clover2.training.train import train
 
-OUT = Path("/tmp/ab")
+OUT = cache_root() / "experiments"  # the work folder: data and drafts of the A/B runs
 
 
 def main(stage: str, *args: str) -> None:

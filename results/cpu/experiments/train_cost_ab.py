@@ -1,5 +1,5 @@
 """A/B at equal training time (issue 12): the `cpu` recipe's training window and draft vocabulary.
-Every Clover-2 variant trains for the same 3 minutes on the same corpus data (work folder /tmp/ab,
+Every Clover-2 variant trains for the same 3 minutes on the same corpus data (work folder $CLOVER2_CACHE/experiments,
 made by data_source_ab.py) and is evaluated on the same held-out set in the same 384-token window.
 
     python train_cost_ab.py
@@ -15,11 +15,12 @@ import pandas as pd
 import torch
 
 from clover2.drafts.checkpoint import load_draft
+from clover2.paths import cache_root
 from clover2.profiles import load_profile
 from clover2.training.data import DistillData
 from clover2.training.train import evaluate, train
 
-OUT = Path("/tmp/ab")
+OUT = cache_root() / "experiments"  # the work folder: data and drafts of the A/B runs
 VARIANTS = {"384/8192": ({}, {}), "256/8192": ({"max_len": 256}, {}), "256/4096": ({"max_len": 256}, {"draft_vocab": 4096})}
 
 
