@@ -32,6 +32,7 @@ class _Help(argparse.ArgumentDefaultsHelpFormatter):
 
 PROFILE_HELP = "profile: a shipped name (cpu, cpu-full, smoke, paper-vicuna7b, paper-llama3-8b) or a YAML path " \
                "(default: $CLOVER2_PROFILE, else cpu)"
+KERNELS_HELP = "the target's linear kernels: auto (oneDNN with pre-packed weights where it can), packed or stock"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -52,7 +53,8 @@ def _parser() -> argparse.ArgumentParser:
     s = sub.add_parser("generate", help="generate answers to prompts, printing one JSON object per prompt")
     _target_args(s)
     s.add_argument("--method", default="ar", choices=_generate_methods(),
-                   help="ar: plain decoding; pld: prompt lookup; a draft architecture (needs --draft)")
+                   help="ar: plain decoding; pld: prompt lookup; suffix: a suffix cache; tr: Token Recycling; "
+                        "a draft architecture, or pld+ARCH (both need --draft)")
     _draft_args(s)
     src = s.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt", help="one user turn")
@@ -68,6 +70,9 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--dtype", help="override the profile's dtype (auto, float32, bfloat16)")
     s.add_argument("--device", help="override the profile's device")
     s.add_argument("--chat-template", help="override the profile's chat template (vicuna, or a Jinja file)")
+    s.add_argument("--kernels", default="auto", help=KERNELS_HELP)
+    s.add_argument("--draft-weights", help="the drafts' linear weights while decoding: auto (int8 on a CPU), "
+                                           "float or int8 (overrides the profile)")
     s.add_argument("--tasks", help="comma-separated tasks (mt_bench, translation, summarization, qa, gsm8k, rag, "
                    "humaneval) or prompts .jsonl files, e.g. Spec-Bench's question.jsonl")
     s.add_argument("--prompts", type=Path, help="one prompts JSONL file as the only task")
@@ -128,9 +133,9 @@ def _architectures() -> list[str]:
 
 
 def _generate_methods() -> list[str]:
-    from clover2.measure.methods import BASELINES
+    from clover2.measure.methods import BASELINES, HYBRIDS
 
-    return [*BASELINES, *_architectures()]
+    return [*BASELINES, "suffix", "tr", *_architectures(), *HYBRIDS]
 
 
 def _commit() -> str:
@@ -150,6 +155,7 @@ def _target_args(s):
     s.add_argument("--dtype", default="auto", help="auto (bf16 where the hardware has it), float32, bfloat16")
     s.add_argument("--device", default="cpu")
     s.add_argument("--chat-template", help="a chat template for a tokenizer without one: vicuna, or a Jinja file")
+    s.add_argument("--kernels", default="auto", help=KERNELS_HELP)
 
 
 def _decode_args(s):
@@ -165,7 +171,7 @@ def _load(args):
     from clover2.decoding.target import load_target
 
     return load_target(args.target, dtype=args.dtype, device=args.device, adapter=args.adapter,
-                       chat_template=args.chat_template)
+                       chat_template=args.chat_template, kernels=args.kernels)
 
 
 def _decode_config(args):
@@ -195,10 +201,10 @@ def _generate(args):
 
     config = _decode_config(args)
     records = read_prompts(args.prompts) if args.prompts else [PromptRecord(id="0", turns=(args.prompt,))]
-    if args.method not in ("ar", "pld") and args.draft is None:
+    spec = MethodSpec.parse(args.method + (f"@{args.tree}" if args.method not in ("ar", "pld", "suffix") else ""))
+    if spec.is_draft and args.draft is None:
         raise Clover2Error(f"--method {args.method} needs --draft PATH (a folder written by `clover2 train`)")
     target = _load(args)
-    spec = MethodSpec.parse(args.method + (f"@{args.tree}" if args.method in _architectures() else ""))
     spec = MethodSpec(spec.name, spec.tree, config.sampling.temperature, args.draft)
     make = drafter_factory(spec, target, sampling=config.sampling)
     for record in records:
@@ -219,11 +225,11 @@ def _bench(args):
     overrides = {"tasks": split(args.tasks) if args.tasks else (str(args.prompts),) if args.prompts else None,
                  "methods": split(args.methods) if args.methods else None, "n_per_task": args.n_per_task,
                  "max_new_tokens": args.max_new_tokens, "repeats": args.repeats, "top_p": args.top_p,
-                 "top_k": args.top_k, "seed": args.seed}
+                 "top_k": args.top_k, "seed": args.seed, "draft_weights": args.draft_weights}
     config = replace(profile.bench, **{k: v for k, v in overrides.items() if v is not None})
     target = load_target(args.target or profile.target, dtype=args.dtype or profile.dtype,
                          device=args.device or profile.device, adapter=args.adapter,
-                         chat_template=args.chat_template or profile.chat_template)
+                         chat_template=args.chat_template or profile.chat_template, kernels=args.kernels)
     drafts = args.drafts or cache_root() / "drafts" / profile.name
     table = run_bench(target, config, drafts, args.out)
     print(table.to_string(index=False, float_format=lambda x: f"{x:.3f}"))

@@ -4,6 +4,10 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pandas as pd
@@ -19,6 +23,7 @@ from clover2.drafts.config import DraftConfig
 from clover2.errors import Clover2Error
 from clover2.measure.bench import BenchConfig, Method, interleaved, make_method, run_bench, summarize
 from clover2.measure.fit import FitConfig, cost_curve
+from clover2.measure.load import mark, other_share
 from clover2.measure.methods import MethodSpec
 from clover2.measure.provenance import environment
 from clover2.measure.tasks import load_task
@@ -56,6 +61,21 @@ def test_summary_has_overall_and_per_task_rows_with_intervals(runs):
     assert np.isnan(s[s.method == "hf"].tau).all()  # HF generate reports no steps
 
 
+def test_other_processes_load_is_measured_and_marks_the_table(runs):
+    start = mark()
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])  # another process, not waited for
+    try:
+        time.sleep(1.5)
+        share = other_share(start)
+    finally:
+        busy.kill()
+        busy.wait()
+    assert share >= 0.8 / (os.cpu_count() or 1) - 0.1  # one busy CPU (less scheduling noise)
+    assert runs.other_load.between(0, 1).all()
+    loaded = summarize(runs.assign(other_load=0.5))
+    assert loaded.contended.all() and not summarize(runs.assign(other_load=0.0)).contended.any()
+
+
 def test_unknown_method_duplicate_and_missing_reference():
     t = tiny_target("llama")
     with pytest.raises(Clover2Error, match="unknown method"):
@@ -71,14 +91,21 @@ def test_unknown_method_duplicate_and_missing_reference():
     ("ar", ("ar", "", 0.0, None)),
     ("clover2", ("clover2", "eagle25", 0.0, None)),
     ("eagle1@dynamic:60:6:10/1", ("eagle1", "dynamic:60:6:10", 1.0, None)),
-    ("clover2@fitted/0.7=some/dir", ("clover2", "fitted", 0.7, "some/dir"))])
+    ("clover2@fitted/0.7=some/dir", ("clover2", "fitted", 0.7, "some/dir")),
+    ("suffix", ("suffix", "", 0.0, None)),
+    ("tr", ("tr", "eagle25", 0.0, None)),
+    ("tr@chain4/1", ("tr", "chain4", 1.0, None)),
+    ("pld+clover2@fitted", ("pld+clover2", "fitted", 0.0, None))])
 def test_method_specs(spec, parsed):
     s = MethodSpec.parse(spec)
     name, tree, temperature, path = s.name, s.tree, s.temperature, s.draft
     assert (name, tree, temperature, str(path) if path else None) == parsed
+    assert s.arch == {"clover2": "clover2", "eagle1": "eagle1", "pld+clover2": "clover2"}.get(name, "")
+    assert s.is_draft == bool(s.arch)
 
 
-@pytest.mark.parametrize("spec", ["hydra", "pld@eagle25", "ar/hot"])
+@pytest.mark.parametrize("spec", ["hydra", "pld@eagle25", "ar/hot", "suffix@eagle25", "tr@dynamic:8:3:4",
+                                  "tr@fitted", "pld+hydra"])
 def test_bad_method_specs_are_refused(spec):
     with pytest.raises(Clover2Error):
         MethodSpec.parse(spec)
@@ -92,7 +119,7 @@ def test_cost_curve_is_relative_to_one_token():
 
 def test_environment_records_versions_dtype_and_commit():
     env = environment(tiny_target("llama"))
-    assert {"cpu", "torch", "transformers", "dtype", "commit", "torch_threads"} <= set(env)
+    assert {"cpu", "torch", "transformers", "dtype", "commit", "torch_threads", "kernels"} <= set(env)
     assert env["dtype"] == "float32"
 
 
@@ -123,15 +150,18 @@ def test_configured_bench_with_a_fitted_tree_writes_the_table(tmp_path):
     cfg = DraftConfig.for_arch("clover2", num_heads=3)
     save_draft(tmp_path / "drafts" / "clover2", build_draft(cfg, t), t, cfg, extra={})
     config = BenchConfig(tasks=(str(_spec_bench_file(tmp_path / "question.jsonl")),), n_per_task=1,
-                         max_new_tokens=10, methods=("ar", "pld", "clover2@eagle25", "clover2@dynamic:8:3:3",
-                                                     "clover2@fitted", "ar/1", "clover2@eagle25/1"),
+                         max_new_tokens=10, methods=("ar", "pld", "suffix", "tr@chain3", "clover2@eagle25",
+                                                     "clover2@dynamic:8:3:3", "clover2@fitted", "pld+clover2@fitted",
+                                                     "ar/1", "clover2@eagle25/1"),
                          fit=FitConfig(max_depth=3, top_k=3, prompts=2, max_new_tokens=8))
     table = run_bench(t, config, tmp_path / "drafts", tmp_path / "out")
     disk = pd.read_csv(tmp_path / "out" / "bench.csv")
-    assert len(disk) == len(table) == 7 * 4  # 7 methods x (3 tasks + overall)
+    assert len(disk) == len(table) == 10 * 4  # 10 methods x (3 tasks + overall)
+    assert {"other_load", "contended"} <= set(disk.columns)
     greedy = disk[disk.temperature == 0]
     assert (greedy.identical_frac == 1).all()
     env = json.loads((tmp_path / "out" / "env.json").read_text())
+    assert env["torch_threads"] >= 1 and 0 <= env["other_load"] <= 1 and "contended" in env
     fitted = env["fitted_trees"]["clover2"]
     assert 1 <= fitted["budget"] <= 9 and 1 <= fitted["depth"] <= 3
     fit = pd.read_csv(tmp_path / "out" / "fit_clover2.csv")

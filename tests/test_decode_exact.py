@@ -12,6 +12,8 @@ from hypothesis import strategies as st
 from clover2.decoding.decode import DecodeConfig, generate, speculative_steps
 from clover2.decoding.drafter import Drafter, NoDrafter
 from clover2.decoding.prompt_lookup import PromptLookupDrafter
+from clover2.decoding.suffix import SuffixCache
+from clover2.decoding.token_recycling import TokenRecycling
 from clover2.decoding.tree import EAGLE_25, Draft, Tree
 
 MAX_NEW = 40
@@ -66,12 +68,13 @@ class OracleDrafter(Drafter):
 PROMPTS = mixed_prompts()
 
 
-@pytest.mark.parametrize("method", ["ar", "pld"])
+@pytest.mark.parametrize("method", ["ar", "pld", "suffix", "tr"])
 def test_matches_hf_generate_on_30_prompts(tiny, method):
     cfg = DecodeConfig(max_new_tokens=MAX_NEW)
+    make = {"ar": NoDrafter, "pld": PromptLookupDrafter, "suffix": SuffixCache().drafter,
+            "tr": TokenRecycling(VOCAB, EAGLE_25).drafter}[method]  # one cache / matrix across prompts
     for prompt in PROMPTS:
-        drafter = NoDrafter() if method == "ar" else PromptLookupDrafter()
-        gen = generate(tiny, drafter, prompt, cfg)
+        gen = generate(tiny, make(), prompt, cfg)
         assert gen.output_ids == hf_greedy(tiny, prompt, MAX_NEW), (tiny.name, method, prompt)
         assert len(gen.output_ids) == MAX_NEW and gen.stop_reason == "length"
 

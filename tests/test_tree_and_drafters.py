@@ -1,12 +1,15 @@
-"""Token trees, presets, and the prompt-lookup drafter."""
+"""Token trees, presets, and the drafters without a model: prompt lookup, suffix cache, Token Recycling."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
+from clover2.decoding.drafter import Drafter, Hybrid
 from clover2.decoding.prompt_lookup import PromptLookupConfig, PromptLookupDrafter
-from clover2.decoding.tree import EAGLE_25, MEDUSA_63, NO_DRAFT, Tree, preset
+from clover2.decoding.suffix import SuffixCache, SuffixConfig
+from clover2.decoding.token_recycling import TokenRecycling
+from clover2.decoding.tree import EAGLE_25, MEDUSA_63, NO_DRAFT, Draft, Tree, preset
 from clover2.errors import Clover2Error
 
 
@@ -65,6 +68,44 @@ def test_prompt_lookup_respects_its_node_budget_and_keeps_a_tree():
 
 def test_prompt_lookup_without_a_match_proposes_nothing():
     assert PromptLookupDrafter().propose([1, 2, 3, 4]) is NO_DRAFT
+
+
+def test_suffix_cache_ranks_continuations_by_frequency_and_remembers_earlier_generations():
+    cache = SuffixCache(SuffixConfig(max_nodes=3, max_depth=2, min_prob=0.2))
+    first = cache.drafter()
+    first.begin([1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 5], None)  # after "1 2": 3 twice, 5 once
+    draft = first.propose([1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 5, 1, 2])
+    kids = [draft.tokens[i - 1].item() for i, p in enumerate(draft.tree.parents) if p == 0]
+    assert draft.tokens[0].item() == 3 and sorted(kids) == [3, 5] and draft.tree.size == 4
+    assert draft.tokens.tolist() == [3, 5, 4]  # 3 (2/3), its child 4 (2/3 x 1), 5 (1/3); by depth
+    later = cache.drafter()  # a new generation reads what the first one saw
+    later.begin([9, 1, 2], None)
+    assert later.propose([9, 1, 2]).tokens[0].item() == 3
+    assert cache.drafter().propose([7, 7, 8]) is NO_DRAFT
+
+
+def test_token_recycling_reads_the_matrix_along_its_tree_and_learns_from_verification():
+    tr = TokenRecycling(10, Tree.from_paths([[0], [1], [0, 0]]))
+    drafter = tr.drafter()
+    assert drafter.propose([4]).tree.size == 1  # nothing learned yet
+    logits = torch.zeros(3, 10)
+    logits[0, [7, 2]] = torch.tensor([2.0, 1.0])  # after token 4 the target liked 7, then 2
+    logits[1, 3] = 1.0  # after token 7: 3
+    drafter.verified(4, Draft(Tree(parents=(-1, 0, 1)), torch.tensor([7, 9])), logits)
+    draft = tr.drafter().propose([1, 4])  # the matrix outlives the generation
+    assert draft.tree.parents == (-1, 0, 0, 1) and draft.tokens.tolist() == [7, 2, 3]
+    with pytest.raises(Clover2Error, match="rank paths"):
+        TokenRecycling(10, Tree(parents=(-1, 0)))
+
+
+def test_hybrid_takes_prompt_lookup_where_it_matches_and_the_other_drafter_elsewhere():
+    class Fixed(Drafter):
+        def propose(self, ids):
+            return Draft(Tree(parents=(-1, 0)), torch.tensor([42]))
+
+    hybrid = Hybrid(PromptLookupDrafter(), Fixed())
+    assert hybrid.propose([1, 2, 3, 1, 2]).tokens.tolist()[0] == 3
+    assert hybrid.propose([1, 2, 3, 4]).tokens.tolist() == [42]
 
 
 @pytest.mark.parametrize("bad", [dict(min_ngram=0), dict(min_ngram=4, max_ngram=3), dict(max_nodes=0)])

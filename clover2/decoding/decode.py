@@ -116,6 +116,7 @@ def speculative_steps(target: Target, drafter: Drafter, prompt_ids: Sequence[int
         t1 = _clock(target)
         past = cache.get_seq_length()
         out = verify(target, cache, ids[-1], draft, hidden=drafter.needs_hidden)  # 2. verify it
+        drafter.verified(ids[-1], draft, out.logits[0])
         accepted = accept(draft, out.logits[0], config.sampling, generator)  # 3. accept a path
         tokens, stop = stopper.cut(accepted.tokens)
         kept = accepted.path[: len(tokens)]

@@ -1,10 +1,12 @@
 """Drafters (the paper's q): propose a token tree for the current state, observe what was kept.
 
-The decoder calls `begin` once per sequence, then per step `propose` and `observe`. A drafter
+The decoder calls `begin` once per sequence, then per step `propose`, `verified` (the target's
+logits over the proposed tree, for drafters that learn from them) and `observe` (what was kept). A drafter
 that reads the target's hidden states sets `needs_hidden`; it then receives the last hidden
 state before the final norm for every position whose KV entry was committed. Implementations:
-`NoDrafter` (plain decoding), `clover2.decoding.prompt_lookup.PromptLookupDrafter` and
-`clover2.drafts.ModelDrafter` (the trained draft models).
+`NoDrafter` (plain decoding), the training-free `clover2.decoding.prompt_lookup`,
+`clover2.decoding.suffix` and `clover2.decoding.token_recycling`, `clover2.drafts.ModelDrafter`
+(the trained draft models) and `Hybrid` (prompt lookup where it matches, a model elsewhere).
 """
 
 from __future__ import annotations
@@ -26,6 +28,9 @@ class Drafter(ABC):
     @abstractmethod
     def propose(self, ids: Sequence[int]) -> Draft:
         """A draft tree rooted at `ids[-1]`, the last committed token."""
+
+    def verified(self, root: int, draft: Draft, logits: torch.Tensor) -> None:
+        """The target's logits `(N, V)` after the root and after each node of the draft just verified."""
 
     def observe(self, new_ids: Sequence[int], hidden: torch.Tensor | None) -> None:
         """Tokens committed this step; `hidden` `(len(new_ids), H)` at the positions now cached."""
@@ -54,3 +59,31 @@ class Recording(Drafter):
 
     def observe(self, new_ids, hidden):
         self.inner.observe(new_ids, hidden)
+
+    def verified(self, root, draft, logits):
+        self.inner.verified(root, draft, logits)
+
+
+class Hybrid(Drafter):
+    """`first`'s draft where it proposes one, `second`'s otherwise (prompt lookup where the context
+    repeats itself, a draft model elsewhere); both see every committed token."""
+
+    def __init__(self, first: Drafter, second: Drafter):
+        self.first, self.second = first, second
+        self.needs_hidden = first.needs_hidden or second.needs_hidden
+
+    def begin(self, prompt_ids, hidden):
+        for d in (self.first, self.second):
+            d.begin(prompt_ids, hidden if d.needs_hidden else None)
+
+    def propose(self, ids) -> Draft:
+        draft = self.first.propose(ids)
+        return draft if draft.tree.size > 1 else self.second.propose(ids)
+
+    def verified(self, root, draft, logits):
+        for d in (self.first, self.second):
+            d.verified(root, draft, logits)
+
+    def observe(self, new_ids, hidden):
+        for d in (self.first, self.second):
+            d.observe(new_ids, hidden if d.needs_hidden else None)

@@ -25,6 +25,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
 from clover2.decoding.builtin import BUILTIN_TARGETS, CHAT_TEMPLATES, DEFAULT_TARGET
 from clover2.decoding.hf_compat import cache_kwarg, capture_norm_input, make_saveable
+from clover2.decoding.packed import pack_linears, resolve_kernels
 from clover2.errors import Clover2Error
 from clover2.files import atomic_path, sha256_file
 from clover2.paths import cache_root
@@ -109,6 +110,7 @@ class Target:
     model: torch.nn.Module
     tokenizer: object | None  # a transformers tokenizer; None for tokenizer-less test models
     name: str  # what the user asked for: a built-in name, a path or a hub id
+    kernels: str = "stock"  # how its linear layers compute: "packed" (oneDNN, pre-packed weights) or "stock"
 
     @property
     def config(self):
@@ -222,14 +224,18 @@ def _mask_for_layers(config, mask: torch.Tensor, position_ids: torch.Tensor):
 
 
 def load_target(name: str = DEFAULT_TARGET, *, dtype: str | torch.dtype | None = None, device: str = "cpu",
-                adapter: str | Path | None = None, chat_template: str | None = None) -> Target:
+                adapter: str | Path | None = None, chat_template: str | None = None, kernels: str = "auto") -> Target:
     """Load a target by built-in name, local checkpoint folder or hub id; merge a LoRA adapter if given.
+
+    `kernels`: "packed" lays the linear weights out once for oneDNN (clover2.decoding.packed), the
+    fast path on CPUs; "stock" keeps PyTorch's default; "auto" packs wherever oneDNN can.
 
     `chat_template` replaces the tokenizer's: a name in `CHAT_TEMPLATES` ("vicuna") or a Jinja file,
     for targets whose tokenizer ships none (Vicuna v1.5) or the wrong one."""
     if not name:
         raise Clover2Error(unknown_target_message(name))
     torch_dtype = parse_dtype(dtype, device)
+    kernels = resolve_kernels(kernels, torch_dtype, device)
     if name in BUILTIN_TARGETS:
         folder: str | Path = prepare_builtin(name)
     elif Path(name).expanduser().exists():
@@ -253,7 +259,9 @@ def load_target(name: str = DEFAULT_TARGET, *, dtype: str | torch.dtype | None =
     if adapter is not None:
         model = _merge_adapter(model, Path(adapter))
     model.to(device).eval().requires_grad_(False)
-    return Target(model=model, tokenizer=tokenizer, name=name)
+    if kernels == "packed":
+        pack_linears(model)
+    return Target(model=model, tokenizer=tokenizer, name=name, kernels=kernels)
 
 
 def _chat_template(name: str) -> str:

@@ -11,12 +11,14 @@ sidecar is incomplete, never half-valid.
 from __future__ import annotations
 
 import json
+import warnings
 from dataclasses import asdict
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
 
+from clover2.decoding.packed import pack_linears, packing_available
 from clover2.decoding.target import Target
 from clover2.drafts import build_draft
 from clover2.drafts.base import BORROWED, DraftModel
@@ -38,8 +40,23 @@ def save_draft(out: Path, model: DraftModel, target: Target, config: DraftConfig
     return out
 
 
-def load_draft(path: str | Path, target: Target) -> DraftModel:
-    """A trained draft for `target`, checked against the target it was trained for."""
+DRAFT_WEIGHTS = ("auto", "float", "int8")
+
+
+def load_draft(path: str | Path, target: Target, *, weights: str = "float") -> DraftModel:
+    """A trained draft for `target`, checked against the target it was trained for.
+
+    `weights`: "float" as trained (float32 on a CPU, pre-packed there when the target's linears
+    are); "int8" stores every linear layer's weights in int8 and quantizes its input on the fly
+    (CPU only): the draft step reads a quarter of the bytes and runs ~1.6x faster on a 2-core Xeon,
+    and since the target verifies every token, the output does not change, only tau a little;
+    "auto" is int8 on a CPU and float elsewhere. The result is frozen, for decoding only."""
+    if weights not in DRAFT_WEIGHTS:
+        raise Clover2Error(f"unknown draft weights {weights!r}: use one of {', '.join(DRAFT_WEIGHTS)}")
+    if weights == "auto":
+        weights = "int8" if target.device.type == "cpu" else "float"
+    if weights == "int8" and target.device.type != "cpu":
+        raise Clover2Error(f"int8 draft weights run on a CPU only (the target is on {target.device}); use 'float'")
     path = Path(path)
     sidecar = path / SIDECAR
     if not sidecar.exists():
@@ -69,4 +86,11 @@ def load_draft(path: str | Path, target: Target) -> DraftModel:
     # On a GPU the draft runs in the target's dtype, as the official code does (its precision never
     # changes the output: the target verifies every token); on a CPU it stays float32.
     dtype = target.dtype if target.device.type == "cuda" else torch.float32
-    return model.to(dtype).eval().requires_grad_(False)
+    model = model.to(dtype).eval().requires_grad_(False)
+    if weights == "int8":
+        with warnings.catch_warnings():  # torch.ao's eager quantization is deprecated in favour of torchao
+            warnings.simplefilter("ignore")
+            torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)
+    elif target.kernels == "packed" and packing_available(dtype, target.device):
+        pack_linears(model)  # frozen from here on: the draft's step reads its weights pre-packed too
+    return model

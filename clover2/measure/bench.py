@@ -8,8 +8,10 @@ by their median with a bootstrap interval. Every result carries the environment 
 from __future__ import annotations
 
 import json
+import os
 import resource
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -26,11 +28,12 @@ from clover2.decoding.sampling import SamplingConfig
 from clover2.decoding.target import Target
 from clover2.decoding.tree import Tree
 from clover2.drafts.base import DraftModel
-from clover2.drafts.checkpoint import SIDECAR
+from clover2.drafts.checkpoint import DRAFT_WEIGHTS, SIDECAR
 from clover2.drafts.drafter import DynamicTree
 from clover2.errors import Clover2Error
 from clover2.files import write_csv, write_json
 from clover2.measure.fit import FitConfig, calibrate, cost_curve, fit_tree
+from clover2.measure.load import CONTENDED_SHARE, mark, other_share
 from clover2.measure.methods import HF_METHODS, MethodSpec, drafter_factory, load_draft_for
 from clover2.measure.provenance import environment
 from clover2.measure.tasks import SPEC_BENCH_TASKS, load_task
@@ -97,7 +100,8 @@ def interleaved(methods: list[Method], prompts: dict[str, list[int]], *, repeats
 
     Each method is compared with plain decoding (`ar`) at its own temperature, run on the same
     prompt moments apart. A warm-up run of each method on the first prompt is excluded.
-    `identical` says whether a greedy method's output equals plain greedy decoding's.
+    `identical` says whether a greedy method's output equals plain greedy decoding's;
+    `other_load` is the share of the machine's CPUs other processes used during that prompt.
     """
     labels = [(m.label, m.temperature) for m in methods]
     if len(set(labels)) != len(labels):
@@ -112,12 +116,13 @@ def interleaved(methods: list[Method], prompts: dict[str, list[int]], *, repeats
     jobs = [(r, pid) for r in range(repeats) for pid in prompts]
     for k, (r, pid) in enumerate(tqdm(jobs, desc="prompts", unit="prompt")):
         order = methods[k % len(methods):] + methods[: k % len(methods)]
-        runs = {}
+        runs, start = {}, mark()
         for m in order:
             if torch.cuda.is_available():
                 torch.cuda.reset_peak_memory_stats()
             runs[m.label, m.temperature] = m.run(prompts[pid]), (
                 torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() else float("nan"))
+        load = other_share(start)
         for m in methods:
             run, peak = runs[m.label, m.temperature]
             ref = runs["ar", m.temperature][0]
@@ -127,7 +132,7 @@ def interleaved(methods: list[Method], prompts: dict[str, list[int]], *, repeats
                          "seconds": run.seconds, "tokens_per_s": n / run.seconds,
                          "speedup": (n / run.seconds) / (len(ref.output_ids) / ref.seconds),
                          "steps": len(run.accept_lengths) if run.accept_lengths else float("nan"),
-                         "draft_share": run.draft_s / run.seconds, "peak_mem_mb": peak,
+                         "draft_share": run.draft_s / run.seconds, "peak_mem_mb": peak, "other_load": load,
                          "identical": float(run.output_ids == ref.output_ids) if m.temperature == 0 else float("nan")})
     return pd.DataFrame(rows)
 
@@ -137,7 +142,8 @@ def summarize(df: pd.DataFrame, *, seed: int = 0, n_boot: int = 2000) -> pd.Data
 
     tau counts the bonus token (tokens per target forward; the paper's convention is tau - 1,
     given beside it); speedup is the median per-prompt ratio to plain decoding at the same
-    temperature, with a 95% bootstrap interval."""
+    temperature, with a 95% bootstrap interval; `contended` marks rows measured while other
+    processes used more than `CONTENDED_SHARE` of the machine (on average over its prompts)."""
     rng = np.random.default_rng(seed)
     keys = ["method", "tree", "temperature"]
     groups = [(*k, "overall", g) for k, g in df.groupby(keys, sort=False)]
@@ -153,7 +159,8 @@ def summarize(df: pd.DataFrame, *, seed: int = 0, n_boot: int = 2000) -> pd.Data
                      "tokens_per_s": g.tokens_per_s.median(), "speedup": float(np.median(s)),
                      "speedup_lo": float(np.quantile(boot, 0.025)), "speedup_hi": float(np.quantile(boot, 0.975)),
                      "draft_share": g.draft_share.median(), "identical_frac": g.identical.mean(),
-                     "peak_mem_mb": g.peak_mem_mb.max()})
+                     "peak_mem_mb": g.peak_mem_mb.max(), "other_load": g.other_load.mean(),
+                     "contended": bool(g.other_load.mean() > CONTENDED_SHARE)})
     return pd.DataFrame(rows)
 
 
@@ -173,26 +180,36 @@ class BenchConfig:
     top_k: int = 0
     repeats: int = 1
     seed: int = 0  # task samples and sampling
+    threads: int = 0  # torch CPU threads for the run (0: every CPU this process may use)
+    # The drafts' linear weights while decoding: auto (int8 on a CPU, as trained elsewhere), float or
+    # int8 (clover2.drafts.checkpoint.load_draft). The target verifies every token either way.
+    draft_weights: str = "auto"
     fit: FitConfig = FitConfig()  # calibration of `fitted` trees
 
     def __post_init__(self):
         if not self.tasks or not self.methods:
             raise Clover2Error("bench config: give at least one task and one method")
-        if min(self.n_per_task, self.max_new_tokens, self.repeats) < 1:
-            raise Clover2Error(f"bench config: n_per_task, max_new_tokens and repeats must be >= 1: {self}")
+        if min(self.n_per_task, self.max_new_tokens, self.repeats) < 1 or self.threads < 0:
+            raise Clover2Error(f"bench config: n_per_task, max_new_tokens and repeats must be >= 1 "
+                               f"and threads >= 0: {self}")
         for spec in self.methods:
             MethodSpec.parse(spec)
+        if self.draft_weights not in DRAFT_WEIGHTS:
+            raise Clover2Error(f"bench config: draft_weights must be one of {', '.join(DRAFT_WEIGHTS)}")
 
 
 def run_bench(target: Target, config: BenchConfig, drafts: Mapping[str, Path] | Path | None, out: Path) -> pd.DataFrame:
     """Measure every method on every task side by side; write runs.csv, bench.csv, env.json (and,
     for fitted trees, cost_curve.csv and fit_<arch>.csv) into `out`. Draft methods without a path
     take `drafts[name]` (a mapping) or `drafts/<name>` (a folder). Returns the bench table."""
+    torch.set_num_threads(config.threads or len(os.sched_getaffinity(0)))
+    start = mark()
     folder = (lambda name: drafts.get(name)) if isinstance(drafts, Mapping) else \
         (lambda name: drafts / name if drafts else None)
     specs = [MethodSpec.parse(s) for s in config.methods]
-    specs = [replace(s, draft=folder(s.name)) if s.is_draft and s.draft is None else s for s in specs]
-    models = {s.draft: load_draft_for(s, target) for s in specs if s.is_draft}  # each loaded once, before any work
+    specs = [replace(s, draft=folder(s.arch)) if s.is_draft and s.draft is None else s for s in specs]
+    models = {s.draft: load_draft_for(s, target, weights=config.draft_weights)  # each loaded once, before any work
+              for s in specs if s.is_draft}
     records, calibration = [], []
     for task in config.tasks:
         every = load_task(task)
@@ -200,10 +217,10 @@ def run_bench(target: Target, config: BenchConfig, drafts: Mapping[str, Path] | 
         records += chosen
         calibration += [r for r in every if r not in chosen]
     env = environment(target) | {"bench": asdict(config), "drafts": {  # by content, not by (machine) path
-        s.name: {"folder": s.draft.name, "weights_sha256": json.loads((s.draft / SIDECAR).read_text())["weights_sha256"]}
+        s.arch: {"folder": s.draft.name, "weights_sha256": json.loads((s.draft / SIDECAR).read_text())["weights_sha256"]}
         for s in specs if s.is_draft}}
     trees: dict[Path, DynamicTree] = {}  # fitted tree per draft folder
-    fitted = {s.draft: s.name for s in specs if s.tree == "fitted"}
+    fitted = {s.draft: s.arch for s in specs if s.tree == "fitted"}
     if fitted:
         curve = cost_curve(target, prefix=min(200, target.context_length - 65))
         write_csv(out / "cost_curve.csv", curve)
@@ -225,7 +242,14 @@ def run_bench(target: Target, config: BenchConfig, drafts: Mapping[str, Path] | 
     runs = interleaved(methods, {r.id: first_turn_ids(target, r) for r in records}, repeats=config.repeats,
                        categories={r.id: r.category for r in records})
     table = summarize(runs, seed=config.seed)
+    load = other_share(start)
+    if table.contended.any() or load > CONTENDED_SHARE:
+        warnings.warn(f"other processes used {load:.0%} of the machine during the benchmark: its speedups are "
+                      "biased against speculative methods (rows marked `contended`); rerun on an idle machine",
+                      stacklevel=2)
     write_csv(out / "runs.csv", runs)
     write_csv(out / "bench.csv", table)
-    write_json(out / "env.json", env | {"peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024})
+    write_json(out / "env.json", env | {"peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                                        "other_load": load, "contended": bool(load > CONTENDED_SHARE),
+                                        "torch_threads": torch.get_num_threads()})
     return table

@@ -1,11 +1,13 @@
 """Decoding methods by name: the spec grammar `NAME[@TREE][/TEMPERATURE][=DRAFT_PATH]`, parsed once
 into a `MethodSpec`, and the drafter each one decodes with.
 
-Names: `ar` (plain decoding), `pld` (prompt lookup), `hf` and `hf-pld` (Hugging Face `generate`,
-plain and with its prompt lookup; benchmark only), and every draft architecture in
-`clover2.drafts.ARCHITECTURES`, which takes a tree: a static preset (`eagle25`, `medusa63`,
-`chainK`), EAGLE-2's dynamic tree `dynamic:BUDGET:DEPTH:TOPK`, or `fitted` (the dynamic tree fitted
-to the machine by `clover2.measure.fit`, benchmark only).
+Names: `ar` (plain decoding), `pld` (prompt lookup), `suffix` (a suffix cache over everything seen),
+`tr` (Token Recycling, which takes a static tree), `hf` and `hf-pld` (Hugging Face `generate`, plain
+and with its prompt lookup; benchmark only), every draft architecture in
+`clover2.drafts.ARCHITECTURES`, and `pld+ARCH` (prompt lookup where it matches, the draft
+elsewhere). Draft methods take a tree: a static preset (`eagle25`, `medusa63`, `chainK`), EAGLE-2's
+dynamic tree `dynamic:BUDGET:DEPTH:TOPK`, or `fitted` (the dynamic tree fitted to the machine by
+`clover2.measure.fit`, benchmark only).
 """
 
 from __future__ import annotations
@@ -14,10 +16,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from clover2.decoding.drafter import Drafter, NoDrafter
+from clover2.decoding.drafter import Drafter, Hybrid, NoDrafter
 from clover2.decoding.prompt_lookup import PromptLookupDrafter
 from clover2.decoding.sampling import SamplingConfig
+from clover2.decoding.suffix import SuffixCache
 from clover2.decoding.target import Target
+from clover2.decoding.token_recycling import TokenRecycling
 from clover2.decoding.tree import Tree, preset
 from clover2.drafts import ARCHITECTURES
 from clover2.drafts.base import DraftModel
@@ -27,11 +31,12 @@ from clover2.errors import Clover2Error
 
 BASELINES: dict[str, type[Drafter]] = {"ar": NoDrafter, "pld": PromptLookupDrafter}  # drafters without a model
 HF_METHODS = ("hf", "hf-pld")  # Hugging Face generate, for reference
+HYBRIDS = tuple(f"pld+{arch}" for arch in ARCHITECTURES)
 DEFAULT_TREE = "eagle25"
 
 
 def method_names() -> tuple[str, ...]:
-    return (*BASELINES, *HF_METHODS, *ARCHITECTURES)
+    return (*BASELINES, "suffix", "tr", *HF_METHODS, *ARCHITECTURES, *HYBRIDS)
 
 
 @dataclass(frozen=True)
@@ -49,8 +54,10 @@ class MethodSpec:
         name, _, tree = rest.partition("@")
         if name not in method_names():
             raise Clover2Error(f"unknown method {name!r} in {spec!r}; known: {', '.join(method_names())}")
-        if tree and name not in ARCHITECTURES:
-            raise Clover2Error(f"{spec!r}: only draft methods ({', '.join(ARCHITECTURES)}) take a tree")
+        if tree and name not in (*ARCHITECTURES, *HYBRIDS, "tr"):
+            raise Clover2Error(f"{spec!r}: only draft methods ({', '.join(ARCHITECTURES)}, pld+ARCH) and tr take a tree")
+        if name == "tr" and tree and (tree == "fitted" or tree.startswith("dynamic")):
+            raise Clover2Error(f"{spec!r}: Token Recycling reads a static tree (a preset such as eagle25 or chainK)")
         try:
             temperature = float(temp) if slash else default_temperature
         except ValueError:
@@ -59,8 +66,8 @@ class MethodSpec:
             raise Clover2Error(f"{spec!r}: the temperature must be >= 0")
         if tree and tree != "fitted":
             parse_tree(tree)  # a bad tree fails here, not hours later
-        return cls(name, tree or (DEFAULT_TREE if name in ARCHITECTURES else ""), temperature,
-                   Path(path) if path else None)
+        takes_tree = name in (*ARCHITECTURES, *HYBRIDS, "tr")
+        return cls(name, tree or (DEFAULT_TREE if takes_tree else ""), temperature, Path(path) if path else None)
 
     @property
     def label(self) -> str:
@@ -68,8 +75,14 @@ class MethodSpec:
         return f"{self.name}@{self.tree}" if self.tree else self.name
 
     @property
+    def arch(self) -> str:
+        """The draft architecture a draft method (or hybrid) decodes with; "" for the others."""
+        arch = self.name.removeprefix("pld+")
+        return arch if arch in ARCHITECTURES else ""
+
+    @property
     def is_draft(self) -> bool:
-        return self.name in ARCHITECTURES
+        return bool(self.arch)
 
 
 def parse_tree(spec: str) -> Tree | DynamicTree:
@@ -82,13 +95,14 @@ def parse_tree(spec: str) -> Tree | DynamicTree:
     return preset(spec)
 
 
-def load_draft_for(spec: MethodSpec, target: Target) -> DraftModel:
-    """The trained draft a draft method names, checked against the target and the architecture."""
+def load_draft_for(spec: MethodSpec, target: Target, *, weights: str = "auto") -> DraftModel:
+    """The trained draft a draft method names (with `weights` as in `load_draft`), checked against
+    the target and the architecture."""
     if spec.draft is None:
         raise Clover2Error(f"method {spec.label!r} needs a draft folder (NAME=PATH)")
-    model = load_draft(spec.draft, target)
-    if model.arch != spec.name:
-        raise Clover2Error(f"{spec.draft} holds a {model.arch} draft, not {spec.name}")
+    model = load_draft(spec.draft, target, weights=weights)
+    if model.arch != spec.arch:
+        raise Clover2Error(f"{spec.draft} holds a {model.arch} draft, not {spec.arch}")
     return model
 
 
@@ -99,10 +113,16 @@ def drafter_factory(spec: MethodSpec, target: Target, *, draft: DraftModel | Non
     `spec.draft`) with `tree` (else the spec's tree, which must not be `fitted`)."""
     if spec.name in BASELINES:
         return BASELINES[spec.name]
+    if spec.name == "suffix":
+        return SuffixCache().drafter  # one cache for every generation: it remembers earlier ones
+    if spec.name == "tr":  # one adjacency matrix for every generation (hot start)
+        return TokenRecycling(target.config.get_text_config().vocab_size, tree or parse_tree(spec.tree)).drafter
     if not spec.is_draft:
         raise Clover2Error(f"method {spec.name!r} decodes with Hugging Face generate, not with a drafter")
     if tree is None and spec.tree == "fitted":
         raise Clover2Error("a fitted tree is chosen by the benchmark (clover2 bench), not given by name")
     model = draft if draft is not None else load_draft_for(spec, target)
     shape = tree if tree is not None else parse_tree(spec.tree)
+    if spec.name in HYBRIDS:
+        return lambda: Hybrid(PromptLookupDrafter(), ModelDrafter(model, shape, sampling))
     return lambda: ModelDrafter(model, shape, sampling)

@@ -211,9 +211,10 @@ class Study:
         `rerun` measures again regardless."""
         config = replace(self.profile.bench, **{k: tuple(v) if isinstance(v, list) else v for k, v in overrides.items()})
         specs = [MethodSpec.parse(s) for s in config.methods]
-        drafts = {s.name: self.draft(s.name) for s in specs if s.is_draft and s.draft is None}
+        drafts = {s.arch: self.draft(s.arch) for s in specs if s.is_draft and s.draft is None}
         key = stable_hash({"bench": asdict(config), "target": self.target.identity(), "dtype": str(self.target.dtype),
-                           "device": str(self.target.device), "machine": machine(), "code": code_version(),
+                           "device": str(self.target.device), "kernels": self.target.kernels,
+                           "machine": machine(), "code": code_version(),
                            "drafts": {n: json.loads((p / SIDECAR).read_text())["weights_sha256"] for n, p in drafts.items()}})
         cached = cache_root() / "bench" / self.profile.name / f"{name}-{key}"
         if rerun or not (cached / "bench.csv").exists():
