@@ -17,10 +17,14 @@ from conftest import VOCAB, tiny_target
 from safetensors.torch import load_file
 
 import clover2.training.train as train_mod
+from clover2.decoding.decode import DecodeConfig, generate
+from clover2.decoding.drafter import NoDrafter
 from clover2.decoding.target import load_target
+from clover2.decoding.tree import EAGLE_25
 from clover2.drafts import build_draft
 from clover2.drafts.checkpoint import load_draft
 from clover2.drafts.config import DraftConfig
+from clover2.drafts.drafter import ModelDrafter
 from clover2.errors import Clover2Error
 from clover2.files import write_json
 from clover2.training.data import ARRAYS, DistillData, finalize
@@ -153,6 +157,21 @@ def test_draft_for_another_target_is_refused(target, data, tmp_path):
     with pytest.raises(Clover2Error, match="trained for target"):
         load_draft(tmp_path / "d", other)
     assert load_draft(tmp_path / "d", target).config.num_heads == 2
+
+
+def test_int8_draft_weights_change_the_speed_not_the_output(target, data, tmp_path):
+    train(target, data, tmp_path / "d", DraftConfig(num_heads=3), replace(CFG, max_steps=2, eval_every=2))
+    int8 = load_draft(tmp_path / "d", target, weights="int8")
+    quantized = [m for m in int8.modules() if "quantized" in type(m).__module__]
+    assert quantized and not any(type(m) is torch.nn.Linear for m in int8.modules())
+    config = DecodeConfig(max_new_tokens=20)
+    for prompt in ([3, 9, 4, 17, 3, 9, 4], list(range(5, 40)), [7] * 12):
+        plain = generate(target, NoDrafter(), prompt, config).output_ids
+        assert generate(target, ModelDrafter(int8, EAGLE_25), prompt, config).output_ids == plain
+    assert "quantized" in type(load_draft(tmp_path / "d", target, weights="auto").lm_head).__module__  # a CPU: int8
+    assert type(load_draft(tmp_path / "d", target).lm_head) is torch.nn.Linear  # default: as trained
+    with pytest.raises(Clover2Error, match="unknown draft weights"):
+        load_draft(tmp_path / "d", target, weights="fp8")
 
 
 def test_corrupt_or_partial_checkpoints_are_refused(target, data, tmp_path):

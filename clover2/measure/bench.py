@@ -244,9 +244,9 @@ def run_bench(target: Target, config: BenchConfig, drafts: Mapping[str, Path] | 
     table = summarize(runs, seed=config.seed)
     load = other_share(start)
     if table.contended.any() or load > CONTENDED_SHARE:
-        warnings.warn(f"other processes used {load:.0%} of the machine during the benchmark: its speedups are "
-                      "biased against speculative methods (rows marked `contended`); rerun on an idle machine",
-                      stacklevel=2)
+        warnings.warn(f"other processes used {load:.0%} of the machine during the benchmark (up to "
+                      f"{runs.other_load.max():.0%} during a prompt): speedups measured under load are biased "
+                      "against speculative methods (rows marked `contended`); rerun on an idle machine", stacklevel=2)
     write_csv(out / "runs.csv", runs)
     write_csv(out / "bench.csv", table)
     write_json(out / "env.json", env | {"peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
