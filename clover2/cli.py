@@ -197,11 +197,11 @@ def _prepare(args):
 
 def _generate(args):
     from clover2.decoding.prompts import PromptRecord, conversation_json, read_prompts, run_conversation
-    from clover2.measure.methods import MethodSpec, drafter_factory
+    from clover2.measure.methods import TREE_METHODS, MethodSpec, drafter_factory
 
     config = _decode_config(args)
     records = read_prompts(args.prompts) if args.prompts else [PromptRecord(id="0", turns=(args.prompt,))]
-    spec = MethodSpec.parse(args.method + (f"@{args.tree}" if args.method not in ("ar", "pld", "suffix") else ""))
+    spec = MethodSpec.parse(args.method + (f"@{args.tree}" if args.method in TREE_METHODS else ""))
     if spec.is_draft and args.draft is None:
         raise Clover2Error(f"--method {args.method} needs --draft PATH (a folder written by `clover2 train`)")
     target = _load(args)

@@ -32,6 +32,7 @@ from clover2.errors import Clover2Error
 BASELINES: dict[str, type[Drafter]] = {"ar": NoDrafter, "pld": PromptLookupDrafter}  # drafters without a model
 HF_METHODS = ("hf", "hf-pld")  # Hugging Face generate, for reference
 HYBRIDS = tuple(f"pld+{arch}" for arch in ARCHITECTURES)
+TREE_METHODS = (*ARCHITECTURES, *HYBRIDS, "tr")  # the names that take a tree
 DEFAULT_TREE = "eagle25"
 
 
@@ -54,7 +55,7 @@ class MethodSpec:
         name, _, tree = rest.partition("@")
         if name not in method_names():
             raise Clover2Error(f"unknown method {name!r} in {spec!r}; known: {', '.join(method_names())}")
-        if tree and name not in (*ARCHITECTURES, *HYBRIDS, "tr"):
+        if tree and name not in TREE_METHODS:
             raise Clover2Error(f"{spec!r}: only draft methods ({', '.join(ARCHITECTURES)}, pld+ARCH) and tr take a tree")
         if name == "tr" and tree and (tree == "fitted" or tree.startswith("dynamic")):
             raise Clover2Error(f"{spec!r}: Token Recycling reads a static tree (a preset such as eagle25 or chainK)")
@@ -66,8 +67,8 @@ class MethodSpec:
             raise Clover2Error(f"{spec!r}: the temperature must be >= 0")
         if tree and tree != "fitted":
             parse_tree(tree)  # a bad tree fails here, not hours later
-        takes_tree = name in (*ARCHITECTURES, *HYBRIDS, "tr")
-        return cls(name, tree or (DEFAULT_TREE if takes_tree else ""), temperature, Path(path) if path else None)
+        return cls(name, tree or (DEFAULT_TREE if name in TREE_METHODS else ""), temperature,
+                   Path(path) if path else None)
 
     @property
     def label(self) -> str:
