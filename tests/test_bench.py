@@ -22,7 +22,7 @@ from clover2.drafts.checkpoint import save_draft
 from clover2.drafts.config import DraftConfig
 from clover2.errors import Clover2Error
 from clover2.measure.bench import BenchConfig, Method, interleaved, make_method, run_bench, summarize
-from clover2.measure.fit import FitConfig, cost_curve
+from clover2.measure.fit import FitConfig, cost_curve, fit_tree
 from clover2.measure.load import mark, other_share
 from clover2.measure.methods import MethodSpec
 from clover2.measure.provenance import environment
@@ -163,10 +163,35 @@ def test_configured_bench_with_a_fitted_tree_writes_the_table(tmp_path):
     env = json.loads((tmp_path / "out" / "env.json").read_text())
     assert env["torch_threads"] >= 1 and 0 <= env["other_load"] <= 1 and "contended" in env
     fitted = env["fitted_trees"]["clover2"]
-    assert 1 <= fitted["budget"] <= 9 and 1 <= fitted["depth"] <= 3
+    if fitted["predicted_speedup"] > 1:
+        assert 1 <= fitted["budget"] <= 9 and 1 <= fitted["depth"] <= 3
+    else:  # no tree pays: the fitted method drafts nothing
+        assert fitted["budget"] == fitted["depth"] == 0
     fit = pd.read_csv(tmp_path / "out" / "fit_clover2.csv")
     assert fit.predicted_speedup.max() == pytest.approx(fitted["predicted_speedup"])
     assert (tmp_path / "out" / "cost_curve.csv").exists() and (tmp_path / "out" / "runs.csv").exists()
+
+
+def test_a_fit_that_finds_no_tree_decodes_plainly(tmp_path, monkeypatch):
+    """Where the fit predicts no tree beats plain decoding, `@fitted` drafts nothing (tau 1) and the
+    hybrid falls back to prompt lookup alone, both still reported under their own names."""
+    import clover2.measure.bench as bench
+
+    def no_tree(*args):
+        return None, fit_tree(*args)[1]
+    monkeypatch.setattr(bench, "fit_tree", no_tree)
+    t = tiny_target("llama")
+    cfg = DraftConfig.for_arch("clover2", num_heads=3)
+    save_draft(tmp_path / "drafts" / "clover2", build_draft(cfg, t), t, cfg, extra={})
+    config = BenchConfig(tasks=(str(_spec_bench_file(tmp_path / "question.jsonl")),), n_per_task=1, max_new_tokens=10,
+                         methods=("ar", "pld", "clover2@fitted", "pld+clover2@fitted"),
+                         fit=FitConfig(max_depth=2, top_k=3, prompts=1, max_new_tokens=6))
+    table = run_bench(t, config, tmp_path / "drafts", tmp_path / "out").set_index(["method", "task"])
+    env = json.loads((tmp_path / "out" / "env.json").read_text())
+    assert env["fitted_trees"]["clover2"]["budget"] == 0
+    assert table.loc[("clover2@fitted", "overall"), "tau"] == 1
+    assert table.loc[("pld+clover2@fitted", "overall"), "tau"] == table.loc[("pld", "overall"), "tau"]
+    assert (table.identical_frac == 1).all()
 
 
 def test_missing_draft_fails_before_anything_runs(tmp_path):

@@ -58,3 +58,11 @@ def test_expected_speedup_formula():
     row = table[(table.budget == 2) & (table.depth == 2)].iloc[0]
     draft_s = 0.001 + 0.002 * (2 - 1) / 2
     assert row.predicted_speedup == pytest.approx(3 * 0.010 / (0.012 + draft_s))  # verify 3 tokens: 12 ms
+
+
+def test_no_tree_when_none_beats_plain_decoding():
+    """Where every tree is predicted slower than plain decoding, the fit says so: no tree."""
+    cfg = FitConfig(max_depth=3, top_k=4)
+    costly = pd.DataFrame({"n_tokens": [1, 16], "median_ms": [10.0, 160.0]})  # +10 ms per token
+    tree, table = fit_tree(_calibration(), costly, cfg)
+    assert tree is None and table.predicted_speedup.max() <= 1

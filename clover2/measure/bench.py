@@ -34,7 +34,7 @@ from clover2.errors import Clover2Error
 from clover2.files import write_csv, write_json
 from clover2.measure.fit import FitConfig, calibrate, cost_curve, fit_tree
 from clover2.measure.load import CONTENDED_SHARE, mark, other_share
-from clover2.measure.methods import HF_METHODS, MethodSpec, drafter_factory, load_draft_for
+from clover2.measure.methods import HF_METHODS, HYBRIDS, MethodSpec, drafter_factory, load_draft_for
 from clover2.measure.provenance import environment
 from clover2.measure.tasks import SPEC_BENCH_TASKS, load_task
 
@@ -219,7 +219,7 @@ def run_bench(target: Target, config: BenchConfig, drafts: Mapping[str, Path] | 
     env = environment(target) | {"bench": asdict(config), "drafts": {  # by content, not by (machine) path
         s.arch: {"folder": s.draft.name, "weights_sha256": json.loads((s.draft / SIDECAR).read_text())["weights_sha256"]}
         for s in specs if s.is_draft}}
-    trees: dict[Path, DynamicTree] = {}  # fitted tree per draft folder
+    trees: dict[Path, DynamicTree | None] = {}  # fitted tree per draft folder; None: draft nothing
     fitted = {s.draft: s.arch for s in specs if s.tree == "fitted"}
     if fitted:
         curve = cost_curve(target, prefix=min(200, target.context_length - 65))
@@ -230,15 +230,19 @@ def run_bench(target: Target, config: BenchConfig, drafts: Mapping[str, Path] | 
         for path, name in fitted.items():
             trees[path], table = fit_tree(calibrate(target, models[path], calib, config.fit), curve, config.fit)
             write_csv(out / f"fit_{name}.csv", table)
-            env.setdefault("fitted_trees", {})[name] = asdict(trees[path]) | {
-                "predicted_speedup": float(table.predicted_speedup.max())}
+            chosen = asdict(trees[path]) if trees[path] else {"budget": 0, "depth": 0}  # 0: plain decoding
+            env.setdefault("fitted_trees", {})[name] = chosen | {"predicted_speedup": float(table.predicted_speedup.max())}
     methods = []
     for s in specs:
         sampling = SamplingConfig(temperature=s.temperature, top_p=config.top_p if s.temperature else 1.0,
                                   top_k=config.top_k if s.temperature else 0, seed=config.seed)
         decode = DecodeConfig(max_new_tokens=config.max_new_tokens, sampling=sampling)
-        methods.append(make_method(s, target, decode, draft=models.get(s.draft), tree=trees.get(s.draft)
-                                   if s.tree == "fitted" else None))
+        if s.tree == "fitted" and trees[s.draft] is None:  # no tree pays here: decode as the method would without one
+            plain = replace(s, name="pld" if s.name in HYBRIDS else "ar", tree="", draft=None)
+            methods.append(replace(make_method(plain, target, decode), spec=s))
+            continue
+        methods.append(make_method(s, target, decode, draft=models.get(s.draft),
+                                   tree=trees[s.draft] if s.tree == "fitted" else None))
     runs = interleaved(methods, {r.id: first_turn_ids(target, r) for r in records}, repeats=config.repeats,
                        categories={r.id: r.category for r in records})
     table = summarize(runs, seed=config.seed)

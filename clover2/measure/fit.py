@@ -106,8 +106,11 @@ def _node_outcomes(prompt: int, drafts: list[Draft], output: list[int], committe
     return rows
 
 
-def fit_tree(calibration: dict, curve: pd.DataFrame, config: FitConfig) -> tuple[DynamicTree, pd.DataFrame]:
-    """The (budget, depth) with the highest predicted speedup, and the whole prediction table."""
+def fit_tree(calibration: dict, curve: pd.DataFrame, config: FitConfig) -> tuple[DynamicTree | None, pd.DataFrame]:
+    """The (budget, depth) with the highest predicted speedup, and the whole prediction table.
+
+    The tree is None where no tree is predicted to beat plain decoding (whose predicted speedup
+    is 1 by definition): on such a machine the fitted method drafts nothing."""
     nodes = calibration["nodes"]
     if nodes.empty:
         raise Clover2Error("calibration drafted no nodes: the prompts were too short")
@@ -130,4 +133,6 @@ def fit_tree(calibration: dict, curve: pd.DataFrame, config: FitConfig) -> tuple
                          "draft_ms": 1e3 * draft, "predicted_speedup": tau * t1 / step_s})
     table = pd.DataFrame(rows)
     best = table.loc[table.predicted_speedup.idxmax()]
+    if best.predicted_speedup <= 1:
+        return None, table
     return DynamicTree(budget=int(best.budget), depth=int(best.depth), top_k=config.top_k), table
