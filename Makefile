@@ -41,6 +41,7 @@ notebooks: install
 # The book from what is in results/ (no notebook is executed); warnings are errors.
 book: install
 	rm -rf _build/html
+	$(BIN)/python -m clover2.research.diagram book/figures/architecture.png
 	$(BIN)/jupyter-book build -W -n --keep-going .
 	@echo "book: _build/html/index.html"
 

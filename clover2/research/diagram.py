@@ -1,0 +1,113 @@
+"""The architecture diagram of the four drafts: what is frozen and what is trained, what runs once
+per decoding step and what runs once per tree node.
+
+    python -m clover2.research.diagram book/figures/architecture.png
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.patches import FancyBboxPatch  # noqa: E402
+
+FROZEN, TRAINED, DATA = "#d9d9d9", "#9ecae1", "#ffffff"  # the target's parts, the draft's, tensors
+
+
+def _box(ax, x, y, text, color, w=3.2, h=0.62, size=8.5):
+    ax.add_patch(FancyBboxPatch((x - w / 2, y - h / 2), w, h, boxstyle="round,pad=0.04,rounding_size=0.12",
+                                fc=color, ec="#404040", lw=0.9))
+    ax.text(x, y, text, ha="center", va="center", fontsize=size)
+    return x, y, w, h
+
+
+def _arrow(ax, start, end, text="", bend=0.0):
+    ax.annotate("", xy=end, xytext=start, arrowprops=dict(arrowstyle="-|>", color="#303030", lw=0.9,
+                                                          connectionstyle=f"arc3,rad={bend}"))
+    if text:
+        ax.text((start[0] + end[0]) / 2 + 0.1, (start[1] + end[1]) / 2, text, fontsize=7.5, va="center",
+                color="#303030")
+
+
+def _frame(ax, x0, y0, x1, y1, label):
+    ax.add_patch(FancyBboxPatch((x0, y0), x1 - x0, y1 - y0, boxstyle="round,pad=0.05,rounding_size=0.2",
+                                fc="none", ec="#3182bd", lw=1.0, ls="--"))
+    ax.text(x1 - 0.1, y1 + 0.1, label, fontsize=7.5, color="#3182bd", va="bottom", ha="right", style="italic")
+
+
+def _clover2(ax):
+    """Clover-2 in detail, bottom (the target) to top (the tree's deeper depths)."""
+    ax.set_title("Clover-2", fontsize=11, loc="left")
+    _box(ax, 2.2, 0.5, "target LLM (frozen): hidden states $h_{\\leq t}$\nbefore its final norm", FROZEN,
+         w=4.0, h=0.75)
+    _box(ax, 6.1, 0.5, "embedding $E$ (frozen)\nof tokens $x_{\\leq t+1}$", FROZEN, w=2.8, h=0.75)
+    _box(ax, 3.6, 1.9, "Attention Decoder AD$_0$: token fused\ninto the state (cosine gate per head)", TRAINED,
+         w=4.6, h=0.75)
+    _box(ax, 3.6, 3.2, "Augmenting Block: 2 decoder layers + norm\ncausal, KV cache over committed tokens",
+         TRAINED, w=4.6, h=0.75)
+    _box(ax, 3.6, 4.4, "FC$_0$ + norm $\\to$ LM head (frozen)", TRAINED, w=4.6)
+    _frame(ax, 0.9, 1.35, 6.3, 4.95, "once per step")
+    _arrow(ax, (2.2, 0.88), (2.9, 1.52), "$h$")
+    _arrow(ax, (6.1, 0.88), (4.6, 1.52), "$e$")
+    _arrow(ax, (3.6, 2.28), (3.6, 2.82))
+    _arrow(ax, (3.6, 3.58), (3.6, 4.09), "$s^{(0)}$")
+    _box(ax, 3.6, 5.55, "head 0: $q_0$, the root's children (depth 1)", DATA, w=4.6)
+    _arrow(ax, (3.6, 4.71), (3.6, 5.24))
+    _box(ax, 3.6, 6.85, "AD$_1(s^{(i-1)}, E(x))$: one regressive RNN step,\nshared by every depth", TRAINED,
+         w=4.6, h=0.75)
+    _box(ax, 3.6, 8.05, "FC$_1[s^{(i)}; E(x)]$ + norm $\\to$ LM head", TRAINED, w=4.6)
+    _box(ax, 3.6, 9.15, "head $i$: $q_i$, the children at depth $i+1$", DATA, w=4.6)
+    _frame(ax, 0.9, 6.3, 6.3, 9.6, "once per tree node, batched per depth")
+    _arrow(ax, (3.6, 5.86), (3.6, 6.47), "$s^{(0)}$, chosen token $x$")
+    _arrow(ax, (3.6, 7.23), (3.6, 7.74), "$s^{(i)}$")
+    _arrow(ax, (3.6, 8.36), (3.6, 8.84))
+    _arrow(ax, (5.9, 9.15), (5.9, 6.85), "next depth", bend=-0.5)
+
+
+def _rivals(ax):
+    """The three rivals, compact: the same colour code."""
+    ax.set_title("The rivals", fontsize=11, loc="left")
+    rows = [
+        (8.4, "EAGLE-1", ["FC$[E(x); f_t]$", "1 decoder layer (no input norm),\nKV cache grows per tree node",
+                          "LM head (frozen)"], "every node runs the layer, feeding\nits predicted feature back"),
+        (4.9, "Clover-1", ["1-layer Augmenting Block on $h$", "token fused after it (AD)", "RNN heads $\\to$ LM head"],
+         "no output projector; hard labels\n(reconstructed: paper body unreachable)"),
+        (1.5, "Medusa-1", ["$f_t$: the state after the\ntarget's final norm", "head $k$: $f_t + \\mathrm{SiLU}(W_k f_t + b_k)$",
+                           "LM head (frozen)"],
+         "all heads once per step; no head sees\nthe tokens chosen before it"),
+    ]
+    for y, name, parts, note in rows:
+        ax.text(0.3, y + 1.35, name, fontsize=9.5, weight="bold")
+        for k, part in enumerate(parts):
+            color = FROZEN if part.startswith("LM head") else DATA if part.startswith("$f_t$") else TRAINED
+            _box(ax, 1.7 + 3.0 * k, y + 0.6, part, color, w=2.6, h=0.8, size=7.5)
+            if k:
+                _arrow(ax, (3.0 * k + 0.05, y + 0.6), (3.0 * k + 0.36, y + 0.6))
+        ax.text(0.5, y - 0.25, note, fontsize=7.5, color="#404040", va="center")
+
+
+def draft_architectures():
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 6.6), gridspec_kw={"width_ratios": [1.0, 1.45]})
+    for ax, (w, h) in ((left, (7.6, 10.0)), (right, (9.4, 10.0))):
+        ax.set_xlim(0, w)
+        ax.set_ylim(0, h)
+        ax.axis("off")
+    _clover2(left)
+    _rivals(right)
+    handles = [FancyBboxPatch((0, 0), 1, 1, fc=FROZEN, ec="#404040"), FancyBboxPatch((0, 0), 1, 1, fc=TRAINED,
+                                                                                       ec="#404040")]
+    fig.legend(handles, ["frozen (the target's)", "trained (the draft's)"], loc="lower right", fontsize=8.5,
+               frameon=False, ncol=2)
+    fig.tight_layout()
+    return fig
+
+
+if __name__ == "__main__":
+    out = Path(sys.argv[1] if len(sys.argv) > 1 else "book/figures/architecture.png")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    draft_architectures().savefig(out, dpi=130)
+    print(out)
