@@ -27,32 +27,44 @@ def training_curves(metrics: pd.DataFrame, *, value: str = "top1", title: str = 
 
 
 def speedup_bars(table: pd.DataFrame, *, title: str = ""):
-    """Median speedup over plain decoding per method and task, with 95% bootstrap intervals."""
-    rows = table[table.method != "ar"].copy()
-    rows["label"] = rows.method + rows.temperature.map(lambda t: "" if t == 0 else f" (T={t:g})")
-    tasks = list(dict.fromkeys(rows.task))
-    labels = list(dict.fromkeys(rows.label))
-    fig, ax = plt.subplots(figsize=(max(8, 0.5 * len(labels) * len(tasks) / 3), 4.5))
-    width = 0.8 / len(labels)
-    palette = sns.color_palette("tab20", len(labels))
-    for k, label in enumerate(labels):
-        r = rows[rows.label == label].set_index("task").reindex(tasks)
-        x = [i + (k - len(labels) / 2 + 0.5) * width for i in range(len(tasks))]
-        ax.bar(x, r.speedup, width, color=palette[k], label=label,
-               yerr=[r.speedup - r.speedup_lo, r.speedup_hi - r.speedup], error_kw={"lw": 0.8})
-    ax.axhline(1, color="black", lw=1, ls="--")
-    ax.set_xticks(range(len(tasks)), tasks)
-    ax.set_ylabel("speedup over plain decoding (x, median, 95% CI)")
-    ax.legend(fontsize=7, ncol=2, bbox_to_anchor=(1.01, 1), loc="upper left")
-    ax.set_title(title)
+    """Median speedup over plain decoding per method and task, with 95% bootstrap intervals; one
+    panel per temperature (greedy and sampled decoding are not compared with each other)."""
+    from clover2.research.report import TASK_LABELS
+
+    rows = table[table.method != "ar"]
+    temps = sorted(rows.temperature.unique())
+    tasks = [t for t in TASK_LABELS if t in set(rows.task)]
+    fig, axes = plt.subplots(len(temps), 1, figsize=(9, 3.6 * len(temps)), squeeze=False)
+    for ax, temp in zip(axes[:, 0], temps):
+        part = rows[rows.temperature == temp]
+        labels = list(dict.fromkeys(part.method))
+        width = 0.84 / len(labels)
+        palette = sns.color_palette("tab20" if len(labels) > 10 else "tab10", len(labels))
+        for k, label in enumerate(labels):
+            r = part[part.method == label].set_index("task").reindex(tasks)
+            x = [i + (k - len(labels) / 2 + 0.5) * width for i in range(len(tasks))]
+            ax.bar(x, r.speedup, width, color=palette[k], label=label,
+                   yerr=[r.speedup - r.speedup_lo, r.speedup_hi - r.speedup], error_kw={"lw": 0.7})
+        ax.axhline(1, color="black", lw=1, ls="--")
+        ax.set_xticks(range(len(tasks)), [TASK_LABELS[t] for t in tasks])
+        ax.set_ylabel("speedup (x)")
+        ax.set_title(f"T = {temp:g}" + (" (greedy)" if temp == 0 else " (sampling)"), fontsize=10, loc="left")
+        ax.legend(fontsize=8, ncol=1, bbox_to_anchor=(1.01, 1), loc="upper left", frameon=False)
+    axes[-1, 0].set_xlabel("task; bars: median speedup over plain decoding, whiskers: 95% CI")
+    if title:
+        fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     return fig
 
 
 def tau_bars(table: pd.DataFrame, *, hue: str = "method", title: str = ""):
     """Tokens per target forward (tau, bonus token included) per task."""
-    g = sns.catplot(data=table, x="task", y="tau", hue=hue, kind="bar", height=4, aspect=2.2, palette="tab10")
+    from clover2.research.report import TASK_LABELS
+
+    g = sns.catplot(data=table.assign(task=table.task.map(TASK_LABELS).fillna(table.task)), x="task", y="tau",
+                    hue=hue, kind="bar", height=4, aspect=2.2, palette="tab10")
     g.set_axis_labels("task", "tau: tokens per target forward")
+    g.set(ylim=(1, None))  # tau >= 1 always: the bars start at plain decoding
     if title:
         g.figure.suptitle(title, y=1.03)
     return g
@@ -70,12 +82,20 @@ def cost_curve_plot(curve: pd.DataFrame, *, title: str = ""):
 
 
 def fit_heatmap(fit: pd.DataFrame, *, title: str = ""):
-    """Predicted speedup of the dynamic tree per node budget and depth (from the fitted model)."""
+    """Predicted speedup of the dynamic tree per node budget and depth (from the fitted model),
+    coloured around 1 (red: slower than plain decoding, blue: faster); the chosen cell is outlined.
+    Empty cells are budgets a tree of that depth cannot reach with its top-k."""
+    from matplotlib.patches import Rectangle
+
     pivot = fit.pivot_table(index="depth", columns="budget", values="predicted_speedup")
     fig, ax = plt.subplots(figsize=(10, 3))
-    sns.heatmap(pivot, cmap="viridis", ax=ax, cbar_kws={"label": "predicted speedup (x)"})
-    ax.set_xlabel("node budget")
+    sns.heatmap(pivot, cmap="RdBu", center=1.0, ax=ax, cbar_kws={"label": "predicted speedup (x)"})
+    best = fit.loc[fit.predicted_speedup.idxmax()]
+    if best.predicted_speedup > 1:  # else no tree is chosen: plain decoding
+        col, row = list(pivot.columns).index(best.budget), list(pivot.index).index(best.depth)
+        ax.add_patch(Rectangle((col, row), 1, 1, fill=False, ec="black", lw=2))
+    ax.set_xlabel("node budget (draft tokens per step)")
     ax.set_ylabel("depth")
-    ax.set_title(title)
+    ax.set_title(title + ("" if best.predicted_speedup > 1 else " (no tree beats plain decoding)"))
     fig.tight_layout()
     return fig

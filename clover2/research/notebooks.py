@@ -22,7 +22,7 @@ from clover2.files import atomic_path
 from clover2.paths import results_root
 from clover2.profiles import load_profile
 
-NOTEBOOKS = ("01_architecture", "02_distillation", "03_ablations", "04_speedup", "05_figures")
+NOTEBOOKS = ("01_architecture", "02_distillation", "03_ablations", "04_speedup", "05_figures", "06_at_a_glance")
 
 
 def run_notebooks(profile: str | None = None, *, source: str | Path = "notebooks", results: str | Path | None = None,
@@ -54,14 +54,14 @@ def run_notebooks(profile: str | None = None, *, source: str | Path = "notebooks
 
 
 def for_the_book(nb, name: str):
-    """Hide papermill's injected-parameters cell, drop stderr outputs (progress bars, warnings: the
+    """Hide the parameter cells (the defaults and papermill's injected values), drop stderr outputs (progress bars, warnings: the
     run's log, shown on the terminal while it runs, not a result) and the machine's paths."""
     record = nb.metadata.get("papermill", {})
     record.update({k: name for k in ("input_path", "output_path") if k in record})
     for cell in nb.cells:
         tags = cell.metadata.setdefault("tags", [])
-        if "injected-parameters" in tags and "remove-cell" not in tags:
-            tags.append("remove-cell")
+        if ("injected-parameters" in tags or "parameters" in tags) and "remove-cell" not in tags:
+            tags.append("remove-cell")  # the run's parameters are printed by its first cell
         if cell.cell_type == "code":
             cell.outputs = [o for o in cell.outputs if not (o.output_type == "stream" and o.name == "stderr")]
     return nb

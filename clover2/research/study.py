@@ -203,12 +203,17 @@ class Study:
         out["tau"] = out.tokens / out.steps
         return out
 
-    def bench(self, name: str = "bench", *, rerun: bool = False, **overrides) -> pd.DataFrame:
+    def bench(self, name: str = "bench", *, rerun: bool = False, reuse: bool = False, **overrides) -> pd.DataFrame:
         """The profile's benchmark (fields of BenchConfig overridable) into results/<profile>/<name>/.
 
         Drafts it names are trained first. A finished run is taken from the cache only when
         everything it depends on is unchanged (settings, target, drafts' weights, machine, code);
-        `rerun` measures again regardless."""
+        `rerun` measures again regardless. `reuse` takes the run already in results/<profile>/<name>/
+        as it is, whatever produced it (to re-render a page; its env.json says what measured it)."""
+        if reuse and not rerun:
+            if not (self.results / name / "bench.csv").exists():
+                raise Clover2Error(f"reuse: no benchmark in {self.results / name} to reuse; run it first (reuse=False)")
+            return pd.read_csv(self.results / name / "bench.csv")
         config = replace(self.profile.bench, **{k: tuple(v) if isinstance(v, list) else v for k, v in overrides.items()})
         specs = [MethodSpec.parse(s) for s in config.methods]
         drafts = {s.arch: self.draft(s.arch) for s in specs if s.is_draft and s.draft is None}

@@ -1,0 +1,166 @@
+"""What a results page says: compact tables that fit the book's text column, and the conclusions a
+page states above its raw output, computed from the same tables so that they hold for any profile.
+
+Every function takes the tables the notebooks already write (bench.csv, the cost curve, env.json,
+the training metrics, the ablation summary) and returns a DataFrame or a Markdown string.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from clover2.measure.load import CONTENDED_SHARE
+
+# Short column names for the six tasks, and the Spec-Bench task each stands for.
+TASK_LABELS = {"overall": "all", "mt_bench": "MT-Bench", "translation": "transl.", "summarization": "summ.",
+               "qa": "QA", "gsm8k": "GSM8K", "rag": "RAG"}
+PAPER_TASKS = {"mt_bench": "MT-Bench", "translation": "WMT14", "summarization": "CNN/DM", "qa": "NQ",
+               "gsm8k": "GSM8K", "rag": "DPR (RAG)"}
+
+
+def method_label(method: str, temperature: float) -> str:
+    """`clover2@eagle25` at T = 0, `clover2@eagle25/1` at T = 1 (the method grammar)."""
+    return method if temperature == 0 else f"{method}/{temperature:g}"
+
+
+def _labelled(table: pd.DataFrame) -> pd.DataFrame:
+    return table.assign(label=[method_label(m, t) for m, t in zip(table.method, table.temperature)])
+
+
+def overall_table(table: pd.DataFrame) -> pd.DataFrame:
+    """One row per method (all prompts): tau, tokens/s, speedup with its interval, draft share and
+    exactness, in the columns the glossary defines."""
+    rows = _labelled(table[table.task == "overall"])
+    out = pd.DataFrame({
+        "tau": rows.tau.round(2).to_numpy(),
+        "tokens/s": rows.tokens_per_s.round(1).to_numpy(),
+        "speedup [95% CI]": [f"{s:.2f} [{lo:.2f}, {hi:.2f}]" for s, lo, hi in
+                             zip(rows.speedup, rows.speedup_lo, rows.speedup_hi)],
+        "draft share": rows.draft_share.round(3).to_numpy(),
+        "identical": [("" if np.isnan(x) else f"{x:.0%}") for x in rows.identical_frac]},
+        index=pd.Index(rows.label, name="method"))
+    if "contended" in rows and rows.contended.any():
+        out["contended"] = rows.contended.map({True: "yes", False: ""}).to_numpy()
+    return out
+
+
+def per_task(table: pd.DataFrame, value: str = "tau") -> pd.DataFrame:
+    """`value` per method (rows) and task (short column names)."""
+    wide = _labelled(table).pivot_table(index="label", columns="task", values=value, sort=False)
+    wide = wide[[t for t in TASK_LABELS if t in wide.columns]].rename(columns=TASK_LABELS)
+    return wide.rename_axis(index="method", columns=None).round(2)
+
+
+def _interval(row) -> str:
+    return f"{row.speedup:.2f}x [{row.speedup_lo:.2f}, {row.speedup_hi:.2f}]"
+
+
+def speedup_findings(table: pd.DataFrame, env: dict, curve: pd.DataFrame | None = None) -> str:
+    """The benchmark page's conclusions: the fastest method, the paper's comparison at its own tree,
+    the fitted tree's prediction against the measurement, what verification costs here, exactness
+    and the machine's load."""
+    overall = table[table.task == "overall"].set_index(["method", "temperature"])
+    greedy = overall.xs(0.0, level="temperature")
+    n = int(greedy.n_prompts.max())
+    lines = [f"- **Setup**: {n} prompts ({table[table.task != 'overall'].task.nunique()} tasks), up to "
+             f"{env.get('bench', {}).get('max_new_tokens', '?')} new tokens each, every method interleaved prompt by "
+             f"prompt; {env['target']} in {env['dtype']} on {env.get('gpu') or env['cpu']} "
+             f"({env.get('torch_threads', '?')} threads), commit `{env['commit']}`."]
+    best = greedy.drop(index="ar").speedup.idxmax()
+    lines.append(f"- **Fastest at T = 0**: `{best}`, {_interval(greedy.loc[best])} over plain decoding "
+                 f"({greedy.loc['ar'].tokens_per_s:.1f} tokens/s).")
+    pair = [m for m in ("clover2@eagle25", "eagle1@eagle25") if m in greedy.index]
+    if len(pair) == 2:
+        c, e = greedy.loc[pair[0]], greedy.loc[pair[1]]
+        lines.append(f"- **The paper's comparison** (its 25-node tree, T = 0): Clover-2 tau {c.tau:.2f} against "
+                     f"EAGLE-1 {e.tau:.2f} (ratio {c.tau / e.tau:.2f}; the paper: 1.00-1.05); speedups "
+                     f"{_interval(c)} and {_interval(e)}.")
+    for arch, fitted in env.get("fitted_trees", {}).items():
+        method = f"{arch}@fitted"
+        if method not in greedy.index:
+            continue
+        measured = _interval(greedy.loc[method])
+        if fitted["budget"] == 0:
+            lines.append(f"- **Fitted tree ({arch})**: none. No tree is predicted to beat plain decoding here (best "
+                         f"{fitted['predicted_speedup']:.2f}x), so `{method}` drafts nothing: measured {measured}.")
+        else:
+            nodes = f"{fitted['budget']} node" + ("s" if fitted["budget"] > 1 else "")
+            lines.append(f"- **Fitted tree ({arch})**: {nodes}, depth {fitted['depth']}; predicted "
+                         f"{fitted['predicted_speedup']:.2f}x, measured {measured}.")
+    if curve is not None and len(curve):
+        cost = dict(zip(curve.n_tokens, curve.relative))
+        at = [k for k in (4, 8, 16, 24, 64) if k in cost]
+        lines.append("- **Verification cost** (one forward of N tokens over one of 1): "
+                     + ", ".join(f"N = {k}: {cost[k]:.2f}x" for k in at)
+                     + ". A tree of N - 1 nodes pays only if tau exceeds that cost plus the draft's.")
+    exact = greedy.identical_frac.dropna()
+    if len(exact):
+        lines.append(f"- **Exactness**: {exact.min():.0%} of greedy outputs token-identical to plain decoding "
+                     f"(every method, every prompt).")
+    load = env.get("other_load")
+    if load is not None:
+        verdict = "the machine was idle" if load <= CONTENDED_SHARE else "**measured under contention: rerun**"
+        lines.append(f"- **Load**: other processes used {load:.1%} of the CPUs during the run; {verdict}.")
+    return "\n".join(lines)
+
+
+def distillation_findings(final: pd.DataFrame, eval_tokens: int | None = None) -> str:
+    """The training page's conclusions from the held-out top-1 per variant and head (last step)."""
+    top1 = final.pivot_table(index="variant", columns="head", values="top1")
+    lines = []
+    for variant, row in top1.iterrows():
+        heads = " / ".join(f"{v:.2f}" for v in row.dropna())
+        lines.append(f"- `{variant}`: held-out top-1 per head {heads}.")
+    if {"clover2", "clover2-hard-labels"} <= set(top1.index):
+        soft, hard = top1.loc["clover2", 0], top1.loc["clover2-hard-labels", 0]
+        verdict = "helps" if soft > hard else "does not help"
+        lines.append(f"- **Distillation {verdict} at this budget**: head 0 {soft:.3f} with the target's soft labels "
+                     f"against {hard:.3f} with hard labels (the paper trains on soft labels).")
+    if "clover2" in top1.index:
+        row = top1.loc["clover2"].dropna()
+        drops = bool((np.diff(row.to_numpy()) <= 0.01).all())
+        lines.append("- Deeper heads are " + ("less accurate, as expected" if drops else
+                     "not uniformly less accurate: heads after the first are teacher-forced (they see the true "
+                     "previous tokens), so their accuracy can exceed a shallower head's on a small held-out set")
+                     + ".")
+    if eval_tokens:
+        lines.append(f"- Accuracy is teacher-forced top-1 against the target's greedy token on {eval_tokens:,} "
+                     "held-out answer tokens (the target's own answers to prompts never trained on).")
+    return "\n".join(lines)
+
+
+def ablation_findings(summary: pd.DataFrame, n_prompts: int) -> str:
+    """The ablation page's conclusions: each variant's tau against Clover-2's, with the sample size."""
+    s = summary.set_index("variant")
+    lines = [f"- **Sample**: {n_prompts} prompts in all; a tau difference of a few hundredths is within what so "
+             "few prompts can separate, so read directions, not margins."]
+    if "clover2" in s.index:
+        base = s.loc["clover2"].tau
+        lower = [v for v in s.index if v.startswith("clover2-") and s.loc[v].tau < base]
+        higher = [v for v in s.index if v.startswith("clover2-") and s.loc[v].tau >= base]
+        lines.append(f"- Clover-2 reaches tau {base:.2f}. Below it: "
+                     + (", ".join(f"`{v}` ({s.loc[v].tau:.2f})" for v in lower) or "no variant")
+                     + ". At or above it: "
+                     + (", ".join(f"`{v}` ({s.loc[v].tau:.2f})" for v in higher) or "no variant") + ".")
+        rivals = [v for v in ("eagle1", "clover1", "medusa") if v in s.index]
+        if rivals:
+            lines.append("- Rivals on the same data and budget: "
+                         + ", ".join(f"`{v}` {s.loc[v].tau:.2f}" for v in rivals) + ".")
+    return "\n".join(lines)
+
+
+def paper_findings(ratio: pd.DataFrame, ours: str) -> str:
+    """Clover-2 / EAGLE-1 tau per task, this run (`ours`: its source label) against the paper's."""
+    lines = []
+    for source, part in ratio.groupby("source", sort=False):
+        r = part.tau_ratio
+        lines.append(f"- {source}: Clover-2 / EAGLE-1 tau {r.min():.2f}-{r.max():.2f} per task, above 1 on "
+                     f"{int((r > 1).sum())} of {len(r)}.")
+    mine = ratio[ratio.source == ours]
+    if len(mine):
+        k = int((mine.tau_ratio >= 1).sum())
+        verdict = "reproduces" if k == len(mine) else "does not reproduce"
+        lines.append(f"- So this run **{verdict}** the paper's ordering: Clover-2 is at or above EAGLE-1 on {k} of "
+                     f"{len(mine)} tasks here, on all six in the paper.")
+    return "\n".join(lines)

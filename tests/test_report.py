@@ -1,0 +1,61 @@
+"""The conclusions a results page states are computed from its tables, and say what the numbers say."""
+
+import numpy as np
+import pandas as pd
+
+from clover2.research import paper, report
+
+
+def _bench(clover_tau=1.5, eagle_tau=1.4, fitted_speedup=1.1):
+    rows = []
+    for task in ("overall", "mt_bench", "qa"):
+        for method, tau, speed in (("ar", 1.0, 1.0), ("pld", 1.3, 1.2), ("clover2@eagle25", clover_tau, 0.6),
+                                   ("eagle1@eagle25", eagle_tau, 0.55), ("clover2@fitted", 1.2, fitted_speedup)):
+            rows.append({"method": method, "tree": "", "task": task, "temperature": 0.0, "n_prompts": 8, "n_runs": 8,
+                         "tau": tau, "tau_minus_1": tau - 1, "tokens_per_s": 17 * speed, "speedup": speed,
+                         "speedup_lo": speed - 0.1, "speedup_hi": speed + 0.1, "draft_share": 0.1,
+                         "identical_frac": 1.0, "peak_mem_mb": np.nan, "other_load": 0.01, "contended": False})
+    rows.append(rows[0] | {"temperature": 1.0, "identical_frac": np.nan})
+    return pd.DataFrame(rows)
+
+
+ENV = {"target": "t", "dtype": "float32", "cpu": "cpu", "gpu": None, "torch_threads": 2, "commit": "abc",
+       "bench": {"max_new_tokens": 32}, "other_load": 0.01}
+
+
+def test_overall_table_is_compact_and_labels_temperature():
+    table = report.overall_table(_bench())
+    assert list(table.columns) == ["tau", "tokens/s", "speedup [95% CI]", "draft share", "identical"]
+    assert "ar/1" in table.index and table.loc["pld", "speedup [95% CI]"] == "1.20 [1.10, 1.30]"
+    assert table.loc["ar/1", "identical"] == ""  # sampled outputs are not compared
+
+
+def test_speedup_findings_follow_the_numbers():
+    env = ENV | {"fitted_trees": {"clover2": {"budget": 3, "depth": 2, "predicted_speedup": 1.15}}}
+    text = report.speedup_findings(_bench(), env, pd.DataFrame({"n_tokens": [1, 4, 8], "relative": [1, 1.2, 1.4]}))
+    assert "`pld`, 1.20x" in text and "ratio 1.07" in text and "3 nodes, depth 2" in text
+    assert "N = 4: 1.20x" in text and "100% of greedy" in text and "idle" in text
+    none = report.speedup_findings(_bench(fitted_speedup=1.0), ENV | {
+        "other_load": 0.5, "fitted_trees": {"clover2": {"budget": 0, "depth": 0, "predicted_speedup": 0.9}}})
+    assert "drafts nothing" in none and "contention" in none
+
+
+def test_paper_findings_say_whether_the_ordering_reproduced():
+    def ratio(clover, eagle):
+        ours = pd.DataFrame([{"source": "ours", "method": m, "task": task, "tau": t}
+                             for task in paper.TASKS for m, t in (("clover2", clover), ("eagle1", eagle))])
+        return paper.clover2_over_eagle1(pd.concat([paper.tau().assign(source="paper"), ours]))
+    assert "**reproduces**" in report.paper_findings(ratio(1.5, 1.4), "ours")
+    assert "**does not reproduce**" in report.paper_findings(ratio(1.3, 1.4), "ours")
+
+
+def test_distillation_and_ablation_findings():
+    final = pd.DataFrame([{"variant": v, "head": h, "top1": t - 0.05 * h}
+                          for v, t in (("clover2", 0.3), ("clover2-hard-labels", 0.35)) for h in range(3)])
+    text = report.distillation_findings(final)
+    assert "does not help" in text and "less accurate, as expected" in text
+    summary = pd.DataFrame({"variant": ["clover2", "clover2-no-projector", "clover2-hard-labels", "eagle1"],
+                            "top1": [0.3, 0.2, 0.2, 0.3], "top5": [0.5] * 4, "tau": [1.4, 1.3, 1.45, 1.38]})
+    text = report.ablation_findings(summary, 6)
+    assert "6 prompts" in text and "Below it: `clover2-no-projector` (1.30)" in text
+    assert "At or above it: `clover2-hard-labels` (1.45)" in text and "`eagle1` 1.38" in text
