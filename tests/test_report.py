@@ -59,3 +59,20 @@ def test_distillation_and_ablation_findings():
     text = report.ablation_findings(summary, 6)
     assert "6 prompts" in text and "Below it: `clover2-no-projector` (1.30)" in text
     assert "At or above it: `clover2-hard-labels` (1.45)" in text and "`eagle1` 1.38" in text
+
+
+def test_training_log_has_both_splits_per_head_and_the_figure_draws_them(tmp_path):
+    import json
+
+    from clover2.research.figures import train_vs_heldout
+    from clover2.research.study import training_log
+
+    lines = [{"step": s, "train_seconds": s / 10, **{f"{p}_head{h}_{k}": 0.1 * h + s / 1000 for p in ("train", "eval")
+                                                    for h in range(2) for k in ("loss", "top1", "top5")}}
+             for s in (100, 200)]
+    (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps(x) for x in lines))
+    log = training_log(tmp_path / "metrics.jsonl", "clover2")
+    assert len(log) == 2 * 2 * 2 and set(log.split) == {"train", "held-out"}
+    assert log[(log.step == 200) & (log["head"] == 1) & (log.split == "train")].top1.item() == 0.1 + 0.2
+    g = train_vs_heldout(log)
+    assert len(g.axes.flat) == 1 and len(g.axes.flat[0].lines) >= 4  # 2 heads x 2 splits

@@ -15,12 +15,15 @@ def hardware_label(env: dict) -> str:
     return f"{env.get('target', '?')} on {where}, {env.get('dtype', '?')}"
 
 
-def training_curves(metrics: pd.DataFrame, *, value: str = "top1", title: str = ""):
-    """Held-out per-head accuracy (or loss) against training step, one panel per variant."""
-    g = sns.relplot(data=metrics, x="step", y=value, hue="head", col="variant", kind="line", marker="o",
-                    col_wrap=min(4, metrics.variant.nunique()), height=3, aspect=1.2, palette="viridis")
-    g.set_axis_labels("training step", {"top1": "held-out top-1 accuracy", "top5": "held-out top-5 accuracy",
-                                        "loss": "held-out loss"}.get(value, value))
+def train_vs_heldout(log: pd.DataFrame, *, value: str = "top1", title: str = ""):
+    """Per variant (panel) and head (colour): accuracy on the training batch (dashed) and on the
+    held-out set (solid) against training step. A gap between the two is memorisation; curves still
+    rising at the end are an unfinished optimisation."""
+    g = sns.relplot(data=log, x="step", y=value, hue="head", style="split", style_order=["held-out", "train"],
+                    col="variant", kind="line", marker="o", markersize=4, col_wrap=min(3, log.variant.nunique()),
+                    height=3.2, aspect=1.15, palette="viridis", facet_kws={"sharey": True})
+    g.set_axis_labels("training step", {"top1": "top-1 accuracy", "top5": "top-5 accuracy", "loss": "loss"}[value])
+    g.set_titles("{col_name}")
     if title:
         g.figure.suptitle(title, y=1.03)
     return g

@@ -69,6 +69,20 @@ VARIANTS: dict[str, tuple[str, dict]] = {
 }
 
 
+def training_log(path: Path, variant: str) -> pd.DataFrame:
+    """A draft's `metrics.jsonl` in long form: one row per evaluation step, head and split
+    (`train`: the last training batch; `held-out`: the held-out set), with loss, top-1 and top-5."""
+    rows = []
+    for line in Path(path).read_text().splitlines():
+        m = json.loads(line)
+        for split, prefix in (("held-out", "eval"), ("train", "train")):
+            heads = sorted({int(k.split("_")[1][4:]) for k in m if k.startswith(f"{prefix}_head")})
+            rows += [{"variant": variant, "step": m["step"], "train_seconds": m["train_seconds"], "split": split,
+                      "head": h, "loss": m.get(f"{prefix}_head{h}_loss"), "top1": m.get(f"{prefix}_head{h}_top1"),
+                      "top5": m.get(f"{prefix}_head{h}_top5")} for h in heads]
+    return pd.DataFrame(rows)
+
+
 @dataclass
 class Study:
     profile: Profile
@@ -163,17 +177,11 @@ class Study:
     def _train_config(self, variant: str):
         return self.profile.train_config(self._draft_config(variant).arch)
 
-    def metrics(self, variants: list[str]) -> pd.DataFrame:
-        """Training logs of the variants, one row per evaluation, in long form per head."""
-        rows = []
-        for v in variants:
-            for line in (self.draft(v) / "metrics.jsonl").read_text().splitlines():
-                m = json.loads(line)
-                heads = sorted({int(k.split("_")[1][4:]) for k in m if k.startswith("eval_head")})
-                rows += [{"variant": v, "step": m["step"], "train_seconds": m["train_seconds"], "head": h,
-                          "loss": m.get(f"eval_head{h}_loss"), "top1": m.get(f"eval_head{h}_top1"),
-                          "top5": m.get(f"eval_head{h}_top5")} for h in heads]
-        return pd.DataFrame(rows)
+    def metrics(self, variants: list[str], *, train: bool = False) -> pd.DataFrame:
+        """Held-out evaluations of the variants during training, one row per evaluation and head
+        (with `train`, also the training batch's metrics at the same steps; column `split`)."""
+        logs = pd.concat([training_log(self.draft(v) / "metrics.jsonl", v) for v in variants], ignore_index=True)
+        return logs if train else logs[logs.split == "held-out"].drop(columns="split").reset_index(drop=True)
 
     def final_metrics(self, variants: list[str]) -> pd.DataFrame:
         """Each variant's last held-out evaluation, one row per head."""
