@@ -34,18 +34,19 @@ def parameter_table(model: DraftModel, target: Target) -> pd.DataFrame:
 
 def trace_step(target: Target, model: DraftModel, prompt_ids: Sequence[int], *, tree: Tree = EAGLE_25,
                step: int = 8) -> dict:
-    """Decode greedily up to step `step` and return that step's draft tree, the tokens of its nodes,
-    and which nodes the target accepted."""
+    """Decode greedily from step `step` on to the first step that accepts a draft token (the last
+    step if none does), and return that step's draft tree, the tokens of its nodes, and which
+    nodes the target accepted."""
     recorder = Recording(ModelDrafter(model, tree))
     with torch.inference_mode():
-        for k, s in enumerate(speculative_steps(target, recorder, prompt_ids, DecodeConfig(max_new_tokens=4 * step))):
-            if k == step or s.stop:
+        for k, s in enumerate(speculative_steps(target, recorder, prompt_ids, DecodeConfig(max_new_tokens=8 * step + 64))):
+            if (k >= step and len(s.tokens) > 1) or s.stop:
                 break
     draft = recorder.drafts[-1]
     # the committed tokens but the bonus: exactly the draft nodes the target accepted, root first
     accepted = [0] + [i for i, ok in enumerate(accepted_nodes(draft, s.tokens[:-1]), start=1) if ok]
     return {"parents": draft.tree.parents, "tokens": [target.decode([int(t)]) for t in draft.tokens],
-            "accepted": accepted, "committed": target.decode(s.tokens)}
+            "accepted": accepted, "committed": target.decode(s.tokens), "step": k}
 
 
 def draw_tree(trace: dict, ax=None):
@@ -54,8 +55,12 @@ def draw_tree(trace: dict, ax=None):
     tree = Tree(parents=tuple(parents))
     n, depth, kids = tree.size, tree.depth.tolist(), tree.children
     y: dict[int, float] = {}
-    for i in (i for i in range(n) if not kids[i]):  # leaves on consecutive rows, in tree order
-        y[i] = float(len(y))
+    stack = [0]
+    while stack:  # leaves on consecutive rows in depth-first order, so no two edges cross
+        i = stack.pop()
+        if not kids[i]:
+            y[i] = float(len(y))
+        stack += reversed(kids[i])
     for i in reversed(range(n)):  # a parent sits at the mean height of its children
         if kids[i]:
             y[i] = sum(y[c] for c in kids[i]) / len(kids[i])
@@ -70,7 +75,8 @@ def draw_tree(trace: dict, ax=None):
                     textcoords="offset points", va="center", fontsize=8)
     ax.set_xlabel("depth (tokens ahead of the root)")
     ax.set_yticks([])
-    ax.set_title(f"one step: {len(trace['accepted']) - 1} draft tokens accepted (green), committed {trace['committed']!r}")
+    ax.set_title(f"step {trace.get('step', '?')}: {len(trace['accepted']) - 1} draft tokens accepted (green), "
+                 f"committed {trace['committed']!r}")
     return ax
 
 

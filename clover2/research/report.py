@@ -155,11 +155,11 @@ def paper_findings(ratio: pd.DataFrame, ours: str) -> str:
     lines = []
     for source, part in ratio.groupby("source", sort=False):
         r = part.tau_ratio
-        lines.append(f"- {source}: Clover-2 / EAGLE-1 tau {r.min():.2f}-{r.max():.2f} per task, above 1 on "
-                     f"{int((r > 1).sum())} of {len(r)}.")
+        lines.append(f"- {source}: Clover-2 / EAGLE-1 tau {r.min():.2f}-{r.max():.2f} per task, at or above 1 on "
+                     f"{int((r >= 0.9995).sum())} of {len(r)}.")
     mine = ratio[ratio.source == ours]
     if len(mine):
-        k = int((mine.tau_ratio >= 1).sum())
+        k = int((mine.tau_ratio >= 0.9995).sum())  # a tie to the paper's two decimals counts
         verdict = "reproduces" if k == len(mine) else "does not reproduce"
         lines.append(f"- So this run **{verdict}** the paper's ordering: Clover-2 is at or above EAGLE-1 on {k} of "
                      f"{len(mine)} tasks here, on all six in the paper.")
