@@ -76,3 +76,22 @@ def test_training_log_has_both_splits_per_head_and_the_figure_draws_them(tmp_pat
     assert log[(log.step == 200) & (log["head"] == 1) & (log.split == "train")].top1.item() == 0.1 + 0.2
     g = train_vs_heldout(log)
     assert len(g.axes.flat) == 1 and len(g.axes.flat[0].lines) >= 4  # 2 heads x 2 splits
+
+
+def test_paired_tau_intervals_separate_a_real_difference_from_noise():
+    from clover2.research.study import paired_tau_intervals
+
+    rng = np.random.default_rng(0)
+    rows = []
+    for p in range(30):
+        steps = int(rng.integers(10, 30))
+        for v, extra in (("clover2", 0.5), ("worse", 0.1), ("same", 0.5)):
+            rows.append({"variant": v, "prompt": p, "steps": steps,
+                         "tokens": int(steps * (1 + extra + rng.normal(0, 0.05)))})
+    ci = paired_tau_intervals(pd.DataFrame(rows), reference="clover2")
+    assert ci.loc["clover2", "delta_lo"] == ci.loc["clover2", "delta_hi"] == 0
+    assert ci.loc["worse", "delta_hi"] < 0 and ci.loc["same", "delta_lo"] <= 0 <= ci.loc["same", "delta_hi"]
+    assert 1.0 < ci.loc["worse", "tau_lo"] < ci.loc["worse", "tau_hi"] < 1.2
+    summary = ci.assign(tau=[1.5, 1.1, 1.5], top1=0.2, top5=0.4).reset_index()
+    text = report.ablation_findings(summary, 30)
+    assert "Below it beyond noise: `worse` (1.10)" in text and "Within noise: `same` (1.50)" in text

@@ -6,9 +6,11 @@ import json
 from dataclasses import replace
 
 import pandas as pd
+import pytest
 from conftest import tiny_target
 
 import clover2.research.study as study_module
+from clover2.errors import Clover2Error
 from clover2.profiles import load_profile
 from clover2.research.study import Study
 
@@ -55,3 +57,14 @@ def test_a_finished_bench_is_reused_only_while_nothing_it_depends_on_changed(tmp
     monkeypatch.setattr(study_module, "code_version", lambda *parts: "other code")
     study.bench()  # other code
     assert len(runs) == 3
+
+
+def test_reuse_renders_the_run_in_the_results_folder_without_measuring(tmp_path, monkeypatch):
+    monkeypatch.setenv("CLOVER2_CACHE", str(tmp_path / "cache"))
+    study = _study(tmp_path, load_profile("smoke"))
+    monkeypatch.setattr(study_module, "run_bench", lambda *a: pytest.fail("reuse must not measure"))
+    with pytest.raises(Clover2Error, match="no benchmark"):
+        study.bench(reuse=True)
+    (study.results / "bench").mkdir(parents=True)
+    (study.results / "bench" / "bench.csv").write_text("method,tau\nar,1.0\n")
+    assert study.bench(reuse=True).method.tolist() == ["ar"]

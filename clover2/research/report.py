@@ -131,22 +131,36 @@ def distillation_findings(final: pd.DataFrame, eval_tokens: int | None = None) -
 
 
 def ablation_findings(summary: pd.DataFrame, n_prompts: int) -> str:
-    """The ablation page's conclusions: each variant's tau against Clover-2's, with the sample size."""
+    """The ablation page's conclusions: each variant's tau against Clover-2's, with the sample size,
+    and, where the table has them, the paired bootstrap intervals of the differences."""
     s = summary.set_index("variant")
-    lines = [f"- **Sample**: {n_prompts} prompts in all; a tau difference of a few hundredths is within what so "
-             "few prompts can separate, so read directions, not margins."]
+    paired = {"delta_lo", "delta_hi"} <= set(s.columns)
+    lines = [f"- **Sample**: {n_prompts} prompts in all; "
+             + ("a difference counts only where its paired 95% interval excludes 0." if paired else
+                "a tau difference of a few hundredths is within what so few prompts can separate, so read "
+                "directions, not margins.")]
     if "clover2" in s.index:
         base = s.loc["clover2"].tau
-        lower = [v for v in s.index if v.startswith("clover2-") and s.loc[v].tau < base]
-        higher = [v for v in s.index if v.startswith("clover2-") and s.loc[v].tau >= base]
-        lines.append(f"- Clover-2 reaches tau {base:.2f}. Below it: "
-                     + (", ".join(f"`{v}` ({s.loc[v].tau:.2f})" for v in lower) or "no variant")
-                     + ". At or above it: "
-                     + (", ".join(f"`{v}` ({s.loc[v].tau:.2f})" for v in higher) or "no variant") + ".")
-        rivals = [v for v in ("eagle1", "clover1", "medusa") if v in s.index]
-        if rivals:
-            lines.append("- Rivals on the same data and budget: "
-                         + ", ".join(f"`{v}` {s.loc[v].tau:.2f}" for v in rivals) + ".")
+        others = [v for v in s.index if v != "clover2"]
+        if paired:
+            def group(keep):
+                return ", ".join(f"`{v}` ({s.loc[v].tau:.2f})" for v in others if keep(s.loc[v])) or "none"
+            lines.append(f"- Clover-2 reaches tau {base:.2f} [{s.loc['clover2'].tau_lo:.2f}, {s.loc['clover2'].tau_hi:.2f}]. "
+                         f"Below it beyond noise: {group(lambda r: r.delta_hi < 0)}. Above it beyond noise: "
+                         f"{group(lambda r: r.delta_lo > 0)}. Within noise: "
+                         f"{group(lambda r: r.delta_lo <= 0 <= r.delta_hi)}.")
+        else:
+            variants = [v for v in others if v.startswith("clover2-")]
+            lower = [v for v in variants if s.loc[v].tau < base]
+            higher = [v for v in variants if s.loc[v].tau >= base]
+            lines.append(f"- Clover-2 reaches tau {base:.2f}. Below it: "
+                         + (", ".join(f"`{v}` ({s.loc[v].tau:.2f})" for v in lower) or "no variant")
+                         + ". At or above it: "
+                         + (", ".join(f"`{v}` ({s.loc[v].tau:.2f})" for v in higher) or "no variant") + ".")
+            rivals = [v for v in ("eagle1", "clover1", "medusa") if v in s.index]
+            if rivals:
+                lines.append("- Rivals on the same data and budget: "
+                             + ", ".join(f"`{v}` {s.loc[v].tau:.2f}" for v in rivals) + ".")
     return "\n".join(lines)
 
 

@@ -25,6 +25,7 @@ import shutil
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import yaml
 from tqdm.auto import tqdm
@@ -67,6 +68,21 @@ VARIANTS: dict[str, tuple[str, dict]] = {
     "clover2-input-embedding": ("clover2", {"embedding": "input"}),
     "clover2-full-vocab": ("clover2", {"draft_vocab": 0}),
 }
+
+
+def paired_tau_intervals(runs: pd.DataFrame, *, reference: str, n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
+    """Per variant, 95% bootstrap intervals of tau (sum of tokens / sum of steps over resampled
+    prompts) and of its difference from the `reference` variant's on the same resample. `runs`: one
+    row per variant and prompt, with columns variant, prompt, tokens, steps."""
+    tokens = runs.pivot(index="prompt", columns="variant", values="tokens")
+    steps = runs.pivot(index="prompt", columns="variant", values="steps")
+    variants = list(dict.fromkeys(runs.variant))
+    picks = np.random.default_rng(seed).integers(0, len(tokens), size=(n_boot, len(tokens)))
+    taus = {v: tokens[v].to_numpy()[picks].sum(1) / steps[v].to_numpy()[picks].sum(1) for v in variants}
+    rows = {v: {"tau_lo": np.percentile(t, 2.5), "tau_hi": np.percentile(t, 97.5),
+                "delta_lo": np.percentile(t - taus[reference], 2.5),
+                "delta_hi": np.percentile(t - taus[reference], 97.5)} for v, t in taus.items()}
+    return pd.DataFrame.from_dict(rows, orient="index").rename_axis("variant")
 
 
 def training_log(path: Path, variant: str) -> pd.DataFrame:
@@ -191,9 +207,13 @@ class Study:
     # -- measurements -------------------------------------------------------------------------
 
     def tau(self, variants: list[str], *, tasks: tuple[str, ...] | None = None, n_per_task: int | None = None,
-            max_new_tokens: int | None = None, tree: str = "eagle25") -> pd.DataFrame:
+            max_new_tokens: int | None = None, tree: str = "eagle25", n_boot: int = 2000) -> pd.DataFrame:
         """Greedy tau (tokens per target forward, bonus included) of each variant per task, on the same
-        prompts and tree. Greedy tau does not depend on timing, so no plain-decoding pairs are needed."""
+        prompts and tree. Greedy tau does not depend on timing, so no plain-decoding pairs are needed.
+        The `overall` rows carry a 95% bootstrap interval over prompts (`tau_lo`, `tau_hi`) and, for
+        each variant, the interval of its difference from Clover-2's (else the first variant's) on the
+        same resampled prompts (`delta_lo`, `delta_hi`: an interval excluding 0 is a difference beyond
+        prompt-to-prompt noise)."""
         n_per_task = n_per_task or self.profile.study.ablation_n_per_task
         max_new_tokens = max_new_tokens or self.profile.study.ablation_max_new_tokens
         records = [r for t in (tasks or self.profile.bench.tasks) for r in load_task(t, n_per_task)]
@@ -201,12 +221,14 @@ class Study:
         config, shape, rows = DecodeConfig(max_new_tokens=max_new_tokens), parse_tree(tree), []
         for v in variants:
             model = load_draft(self.draft(v), self.target)
-            for task, ids in tqdm(prompts, desc=f"tau {v}", unit="prompt"):
+            for p, (task, ids) in enumerate(tqdm(prompts, desc=f"tau {v}", unit="prompt")):
                 g = generate(self.target, ModelDrafter(model, shape), ids, config)
-                rows.append({"variant": v, "task": task, "tokens": len(g.output_ids), "steps": len(g.steps)})
+                rows.append({"variant": v, "prompt": p, "task": task, "tokens": len(g.output_ids), "steps": len(g.steps)})
         df = pd.DataFrame(rows)
         per_task = df.groupby(["variant", "task"], sort=False)[["tokens", "steps"]].sum().reset_index()
         overall = df.groupby("variant", sort=False)[["tokens", "steps"]].sum().reset_index().assign(task="overall")
+        reference = "clover2" if "clover2" in variants else variants[0]
+        overall = overall.join(paired_tau_intervals(df, reference=reference, n_boot=n_boot), on="variant")
         out = pd.concat([per_task, overall], ignore_index=True)
         out["tau"] = out.tokens / out.steps
         return out
