@@ -95,3 +95,11 @@ def test_paired_tau_intervals_separate_a_real_difference_from_noise():
     summary = ci.assign(tau=[1.5, 1.1, 1.5], top1=0.2, top5=0.4).reset_index()
     text = report.ablation_findings(summary, 30)
     assert "Below it beyond noise: `worse` (1.10)" in text and "Within noise: `same` (1.50)" in text
+
+
+def test_tau_beside_puts_this_runs_static_tree_drafts_next_to_the_paper():
+    tau = paper.tau_beside(_bench(), "ours")
+    mine = tau[tau.source == "ours"]
+    assert set(mine.method) == {"clover2", "eagle1"} and set(mine.task) == {"mt_bench", "qa"}  # no overall, no pld
+    assert set(tau.source) == {"vicuna-7b (paper)", "llama3-8b (paper)", "ours"}
+    assert list(tau.columns) == ["source", "method", "task", "tau"]

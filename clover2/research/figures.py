@@ -6,6 +6,8 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
 
+from clover2.research.report import TASK_LABELS
+
 sns.set_theme(context="notebook", style="whitegrid")
 
 
@@ -32,8 +34,6 @@ def train_vs_heldout(log: pd.DataFrame, *, value: str = "top1", title: str = "")
 def speedup_bars(table: pd.DataFrame, *, title: str = ""):
     """Median speedup over plain decoding per method and task, with 95% bootstrap intervals; one
     panel per temperature (greedy and sampled decoding are not compared with each other)."""
-    from clover2.research.report import TASK_LABELS
-
     rows = table[table.method != "ar"]
     temps = sorted(rows.temperature.unique())
     tasks = [t for t in TASK_LABELS if t in set(rows.task)]
@@ -62,8 +62,6 @@ def speedup_bars(table: pd.DataFrame, *, title: str = ""):
 
 def tau_bars(table: pd.DataFrame, *, hue: str = "method", title: str = ""):
     """Tokens per target forward (tau, bonus token included) per task."""
-    from clover2.research.report import TASK_LABELS
-
     g = sns.catplot(data=table.assign(task=table.task.map(TASK_LABELS).fillna(table.task)), x="task", y="tau",
                     hue=hue, kind="bar", height=4, aspect=2.2, palette="tab10")
     g.set_axis_labels("task", "tau: tokens per target forward")

@@ -54,8 +54,9 @@ def run_notebooks(profile: str | None = None, *, source: str | Path = "notebooks
 
 
 def for_the_book(nb, name: str):
-    """Hide the parameter cells (the defaults and papermill's injected values), drop stderr outputs (progress bars, warnings: the
-    run's log, shown on the terminal while it runs, not a result) and the machine's paths."""
+    """Hide the parameter cells (the defaults and papermill's injected values), drop stderr outputs
+    (progress bars, warnings: the run's log, shown on the terminal while it runs, not a result) and
+    the machine's paths."""
     record = nb.metadata.get("papermill", {})
     record.update({k: name for k in ("input_path", "output_path") if k in record})
     for cell in nb.cells:

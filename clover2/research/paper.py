@@ -42,6 +42,17 @@ def tau() -> pd.DataFrame:
                          for (m, a), vals in _EXTRA_TOKENS.items() for task, x in zip(TASKS, vals)])
 
 
+def tau_beside(bench: pd.DataFrame, label: str) -> pd.DataFrame:
+    """The paper's tau per target, method and task, and this run's Clover-2 and EAGLE-1 at the
+    paper's 25-node tree (T = 0) as source `label` (`bench`: a bench.csv table). Columns source,
+    method, task, tau: the input of `clover2_over_eagle1`."""
+    ours = bench[(bench.temperature == 0) & bench.method.isin(["clover2@eagle25", "eagle1@eagle25"])
+                 & (bench.task != "overall")]
+    ours = ours.assign(source=label, method=ours.method.str.split("@").str[0])
+    theirs = tau().assign(source=lambda d: d.target + " (paper)")
+    return pd.concat([theirs, ours], ignore_index=True)[["source", "method", "task", "tau"]]
+
+
 # Medusa-1's logged per-head top-1 accuracy on Vicuna-7B (assets/medusa_acc.csv), heads 0..4
 MEDUSA_HEAD_TOP1 = (0.560, 0.316, 0.201, 0.147, 0.118)
 

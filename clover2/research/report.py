@@ -12,11 +12,9 @@ import pandas as pd
 
 from clover2.measure.load import CONTENDED_SHARE
 
-# Short column names for the six tasks, and the Spec-Bench task each stands for.
+# Short column names for the six tasks (the glossary maps each to the Spec-Bench task it stands for).
 TASK_LABELS = {"overall": "all", "mt_bench": "MT-Bench", "translation": "transl.", "summarization": "summ.",
                "qa": "QA", "gsm8k": "GSM8K", "rag": "RAG"}
-PAPER_TASKS = {"mt_bench": "MT-Bench", "translation": "WMT14", "summarization": "CNN/DM", "qa": "NQ",
-               "gsm8k": "GSM8K", "rag": "DPR (RAG)"}
 
 
 def method_label(method: str, temperature: float) -> str:
