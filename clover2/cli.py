@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from clover2.decoding.builtin import DEFAULT_TARGET
+from clover2.decoding.cache import ENGINES
 from clover2.errors import Clover2Error
 
 
@@ -77,8 +78,9 @@ def _parser() -> argparse.ArgumentParser:
                    "humaneval) or prompts .jsonl files, e.g. Spec-Bench's question.jsonl")
     s.add_argument("--prompts", type=Path, help="one prompts JSONL file as the only task")
     s.add_argument("--n-per-task", type=int, help="seeded sample per task (per category of a .jsonl file)")
-    s.add_argument("--methods", help="comma-separated NAME[@TREE][/TEMPERATURE][=DRAFT_PATH]; 'ar' at each "
-                   "temperature is the reference; TREE: eagle25, medusa63, chainK, dynamic:B:D:K or fitted")
+    s.add_argument("--methods", help="comma-separated NAME[@TREE][/TEMPERATURE][!ENGINE][=DRAFT_PATH]; eager 'ar' at "
+                   "each temperature is the reference; TREE: eagle25, medusa63, chainK, dynamic:B:D:K or fitted; "
+                   "ENGINE: static or graphs (CUDA graphs on a GPU)")
     s.add_argument("--drafts", type=Path, help="folder with one trained draft per architecture "
                    "(default: $CLOVER2_CACHE/drafts/<profile>)")
     s.add_argument("--max-new-tokens", type=int, help="override the profile's cap on new tokens per prompt")
@@ -115,12 +117,15 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--only", action="append", help="run only this notebook (repeatable), e.g. 04_speedup")
     s.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
                    help="an extra notebook parameter (YAML value), e.g. -p target /models/vicuna-7b")
+    s.add_argument("--dry-run", action="store_true",
+                   help="the profile's study at the smoke profile's sizes, in fp32 on the CPU, into RESULTS/<profile>-dry")
     s.set_defaults(func=_notebooks)
 
     s = sub.add_parser("cost-curve", help="target forward time for N new tokens over a cached prefix")
     _target_args(s)
     s.add_argument("--prefix", type=int, default=200, help="tokens already in the cache")
     s.add_argument("--repeats", type=int, default=7, help="timed rounds over all sizes (after one warm-up)")
+    s.add_argument("--engine", default="eager", choices=ENGINES, help="the target's KV cache (clover2.decoding.cache)")
     s.add_argument("--out", type=Path, required=True, help="folder for cost_curve.csv and cost_curve_env.json")
     s.set_defaults(func=_cost_curve)
     return p
@@ -292,10 +297,12 @@ def _parse_setting(text: str) -> tuple[str, object]:
 def _notebooks(args):
     import yaml
 
+    from clover2.profiles import dry_run_profile
     from clover2.research.notebooks import run_notebooks
 
     parameters = {k: yaml.safe_load(v) for k, v in args.parameter}
-    for path in run_notebooks(args.profile, source=args.notebooks, results=args.results, only=args.only,
+    profile = str(dry_run_profile(args.profile)) if args.dry_run else args.profile
+    for path in run_notebooks(profile, source=args.notebooks, results=args.results, only=args.only,
                               parameters=parameters):
         print(path)
 
@@ -306,9 +313,9 @@ def _cost_curve(args):
     from clover2.measure.provenance import environment
 
     target = _load(args)
-    curve = cost_curve(target, prefix=args.prefix, repeats=args.repeats)
+    curve = cost_curve(target, prefix=args.prefix, repeats=args.repeats, engine=args.engine)
     write_csv(args.out / "cost_curve.csv", curve)
-    write_json(args.out / "cost_curve_env.json", environment(target) | {"prefix": args.prefix})
+    write_json(args.out / "cost_curve_env.json", environment(target) | {"prefix": args.prefix, "engine": args.engine})
     print(curve.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
 
 

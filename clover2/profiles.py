@@ -21,10 +21,12 @@ from pathlib import Path
 import yaml
 
 from clover2.decoding.builtin import DEFAULT_TARGET
+from clover2.decoding.cache import ENGINES
 from clover2.drafts.config import DraftConfig
 from clover2.errors import Clover2Error
 from clover2.measure.bench import BenchConfig
 from clover2.measure.fit import FitConfig
+from clover2.paths import cache_root
 from clover2.training.data import DataConfig
 from clover2.training.train import TrainConfig
 
@@ -51,10 +53,13 @@ class StudyConfig:
                                   "clover2-value-gain-1", "clover2-input-embedding", "clover2-full-vocab")
     ablation_n_per_task: int = 2  # prompts per task for the ablations' greedy tau
     ablation_max_new_tokens: int = 64
+    engine: str = "eager"  # the engine the ablations' tau is measured on (greedy tau is the same on every one)
 
     def __post_init__(self):
         if min(self.ablation_n_per_task, self.ablation_max_new_tokens) < 1:
             raise Clover2Error(f"study config: ablation_n_per_task and ablation_max_new_tokens must be >= 1: {self}")
+        if self.engine not in ENGINES:
+            raise Clover2Error(f"study config: engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
 
 
 @dataclass(frozen=True)
@@ -123,6 +128,31 @@ def load_profile(name: str | Path | None = None) -> Profile:
         except TypeError as e:
             raise Clover2Error(f"{path} [train.{arch}]: {e}") from None
     return profile
+
+
+# A dry run keeps a profile's target, methods and variants and takes the smoke profile's sizes, on a CPU.
+DRY_RUN_SIZES = {"data": None, "train": None, "draft": None,  # None: smoke's whole section on top
+                 "bench": ("tasks", "n_per_task", "max_new_tokens", "fit"),
+                 "study": ("ablation_n_per_task", "ablation_max_new_tokens")}
+
+
+def dry_run_profile(name: str | Path | None) -> Path:
+    """A YAML profile `<name>-dry`: the profile's study at the smoke profile's sizes, in fp32 on the
+    CPU, so that a GPU profile's whole run is checked anywhere in minutes. Written under the cache."""
+    prof = load_profile(name)  # checks the profile itself first
+    path = Path(name) if name and Path(name).suffix else CONFIG_DIR / f"{prof.name}.yaml"
+    raw = yaml.safe_load(path.read_text()) or {}
+    smoke = yaml.safe_load((CONFIG_DIR / "smoke.yaml").read_text())
+    raw |= {"device": "cpu", "dtype": "float32"}
+    for section, keys in DRY_RUN_SIZES.items():
+        small = smoke.get(section) or {}
+        raw[section] = (raw.get(section) or {}) | {k: v for k, v in small.items() if keys is None or k in keys}
+    out = cache_root() / "profiles" / f"{prof.name}-dry.yaml"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(f"# The dry run of {prof.name}: its study at smoke sizes on a CPU (clover2.profiles.dry_run_profile)\n"
+                   + yaml.safe_dump(raw, sort_keys=False))
+    load_profile(out)
+    return out
 
 
 def _section(raw, cls, where: str, nested: dict):

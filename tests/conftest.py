@@ -66,7 +66,7 @@ def tiny(request) -> Target:
 def hf_greedy(target: Target, prompt: list[int], max_new_tokens: int, eos: int | None = None) -> list[int]:
     """Hugging Face's own greedy decoding: the reference every test compares against."""
     with torch.inference_mode():
-        ids = torch.tensor([prompt])
+        ids = torch.tensor([prompt], device=target.device)
         out = target.model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
                                     max_new_tokens=max_new_tokens,
                                     eos_token_id=eos, pad_token_id=0)

@@ -95,7 +95,9 @@ def test_unknown_method_duplicate_and_missing_reference():
     ("suffix", ("suffix", "", 0.0, None)),
     ("tr", ("tr", "eagle25", 0.0, None)),
     ("tr@chain4/1", ("tr", "chain4", 1.0, None)),
-    ("pld+clover2@fitted", ("pld+clover2", "fitted", 0.0, None))])
+    ("pld+clover2@fitted", ("pld+clover2", "fitted", 0.0, None)),
+    ("clover2@dynamic:60:5:10/1!graphs=d/c2", ("clover2", "dynamic:60:5:10", 1.0, "d/c2")),
+    ("ar!static", ("ar", "", 0.0, None))])
 def test_method_specs(spec, parsed):
     s = MethodSpec.parse(spec)
     name, tree, temperature, path = s.name, s.tree, s.temperature, s.draft
@@ -105,14 +107,31 @@ def test_method_specs(spec, parsed):
 
 
 @pytest.mark.parametrize("spec", ["hydra", "pld@eagle25", "ar/hot", "suffix@eagle25", "tr@dynamic:8:3:4",
-                                  "tr@fitted", "pld+hydra"])
+                                  "tr@fitted", "pld+hydra", "ar!turbo", "ar!eager", "hf!graphs", "ar!"])
 def test_bad_method_specs_are_refused(spec):
     with pytest.raises(Clover2Error):
         MethodSpec.parse(spec)
 
 
-def test_cost_curve_is_relative_to_one_token():
-    curve = cost_curve(tiny_target("qwen2"), prefix=20, sizes=(1, 4, 16), repeats=2)
+def test_engine_is_in_the_label_and_reaches_the_decoder():
+    spec = MethodSpec.parse("clover2@eagle25/1!graphs")
+    assert (spec.engine, spec.label) == ("graphs", "clover2@eagle25!graphs")
+    assert MethodSpec.parse("clover2@eagle25").label == "clover2@eagle25"  # eager: the plain label
+    t = tiny_target("llama")
+    calls = []
+    import clover2.measure.bench as bench
+    real = bench.generate
+    try:
+        bench.generate = lambda target, drafter, prompt, config: calls.append(config.engine) or real(target, drafter, prompt, config)
+        make_method("ar!static", t, DecodeConfig(max_new_tokens=2)).run([1, 2, 3])
+    finally:
+        bench.generate = real
+    assert calls == ["static"]
+
+
+@pytest.mark.parametrize("engine", ["eager", "static"])
+def test_cost_curve_is_relative_to_one_token(engine):
+    curve = cost_curve(tiny_target("qwen2"), prefix=20, sizes=(1, 4, 16), repeats=2, engine=engine)
     assert curve.n_tokens.tolist() == [1, 4, 16]
     assert curve.relative.iloc[0] == 1 and (curve.median_ms > 0).all()
 
@@ -152,11 +171,11 @@ def test_configured_bench_with_a_fitted_tree_writes_the_table(tmp_path):
     config = BenchConfig(tasks=(str(_spec_bench_file(tmp_path / "question.jsonl")),), n_per_task=1,
                          max_new_tokens=10, methods=("ar", "pld", "suffix", "tr@chain3", "clover2@eagle25",
                                                      "clover2@dynamic:8:3:3", "clover2@fitted", "pld+clover2@fitted",
-                                                     "ar/1", "clover2@eagle25/1"),
+                                                     "ar/1", "clover2@eagle25/1", "ar!graphs", "clover2@fitted!graphs"),
                          fit=FitConfig(max_depth=3, top_k=3, prompts=2, max_new_tokens=8))
     table = run_bench(t, config, tmp_path / "drafts", tmp_path / "out")
     disk = pd.read_csv(tmp_path / "out" / "bench.csv")
-    assert len(disk) == len(table) == 10 * 4  # 10 methods x (3 tasks + overall)
+    assert len(disk) == len(table) == 12 * 4  # 12 methods x (3 tasks + overall)
     assert {"other_load", "contended"} <= set(disk.columns)
     greedy = disk[disk.temperature == 0]
     assert (greedy.identical_frac == 1).all()
@@ -169,7 +188,12 @@ def test_configured_bench_with_a_fitted_tree_writes_the_table(tmp_path):
         assert fitted["budget"] == fitted["depth"] == 0
     fit = pd.read_csv(tmp_path / "out" / "fit_clover2.csv")
     assert fit.predicted_speedup.max() == pytest.approx(fitted["predicted_speedup"])
-    assert (tmp_path / "out" / "cost_curve.csv").exists() and (tmp_path / "out" / "runs.csv").exists()
+    assert "clover2!graphs" in env["fitted_trees"] and (tmp_path / "out" / "fit_clover2!graphs.csv").exists()
+    curve = pd.read_csv(tmp_path / "out" / "cost_curve.csv")
+    assert set(curve.engine) == {"eager", "graphs"}  # one curve per engine in the run
+    assert env["engines"] == {"eager": {"cuda_graphs": False}, "graphs": {"cuda_graphs": False}}  # a CPU: uncaptured
+    assert env["bandwidth"]["weight_bytes"] > 0 and env["bandwidth"]["floor_ms"] > 0
+    assert (tmp_path / "out" / "runs.csv").exists()
 
 
 def test_a_fit_that_finds_no_tree_decodes_plainly(tmp_path, monkeypatch):

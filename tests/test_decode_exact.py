@@ -184,3 +184,44 @@ def test_static_tree_verification_equals_path_by_path_decoding(tiny):
             seq = prompt + tokens[path[1:] - 1].tolist()
             ref = tiny.model(torch.tensor([seq])).logits[0, -1].float()
             torch.testing.assert_close(tree_logits[node], ref, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("engine", ["static", "graphs"])
+def test_static_engines_match_hf_generate(tiny, engine):
+    """The static KV cache at bucketed, padded shapes (and `graphs`, which on a CPU runs the same path
+    uncaptured) is token-identical to Hugging Face greedy decoding, plain and with trees of every size
+    the oracle drafts; one cache serves every prompt (it is reused and grows with the longest)."""
+    cfg = DecodeConfig(max_new_tokens=MAX_NEW, engine=engine)
+    for i, prompt in enumerate(PROMPTS[:15]):
+        truth = hf_greedy(tiny, prompt, MAX_NEW)
+        for drafter in (NoDrafter(), PromptLookupDrafter(), OracleDrafter(truth, i, 0.7, max_nodes=40)):
+            assert generate(tiny, drafter, prompt, cfg).output_ids == truth, (tiny.name, engine, prompt)
+    assert tiny.engine_state[engine].capacity >= max(map(len, PROMPTS[:15])) + MAX_NEW
+
+
+def test_a_full_static_cache_and_an_unknown_engine_are_clear_errors():
+    from clover2.decoding.cache import StaticTreeCache, new_cache
+    from clover2.errors import Clover2Error
+
+    t = tiny_target("llama")
+    cache = StaticTreeCache(t, 16, graphs=False)
+    with pytest.raises(Clover2Error, match="full"):
+        cache.run(t, torch.arange(20), torch.arange(20), torch.ones(20, 20, dtype=torch.bool).tril())
+    with pytest.raises(Clover2Error, match="engine"):
+        new_cache(t, "turbo")
+    with pytest.raises(Clover2Error, match="engine"):
+        DecodeConfig(engine="turbo")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+@pytest.mark.parametrize("family", ["llama", "gemma3"])
+def test_cuda_graphs_match_hf_generate_on_a_gpu(family):
+    """On a GPU, in fp32: the captured and replayed graphs give Hugging Face's greedy tokens."""
+    target = tiny_target(family, kernels="stock")
+    target.model.to("cuda")
+    cfg = DecodeConfig(max_new_tokens=MAX_NEW, engine="graphs")
+    for i, prompt in enumerate(PROMPTS[:10]):
+        truth = hf_greedy(target, prompt, MAX_NEW)
+        for drafter in (NoDrafter(), OracleDrafter(truth, i, 0.7, max_nodes=40)):
+            assert generate(target, drafter, prompt, cfg).output_ids == truth, (family, prompt)
+    assert target.engine_state["graphs"].graphed

@@ -31,6 +31,7 @@ def test_every_shipped_profile_parses_and_names_known_variants(name):
     ("bench: {fit: {top_k: 0}}", "fit config"),
     ("bench: {colour: red}", "unknown keys"),
     ("study: {ablation_n_per_task: -1}", "study config"),
+    ("study: {engine: warp}", "engine must be one of"),
     ("trian: {}", "unknown keys"),
     ("train: {eagle1: {lr_typo: 1}}", r"train.eagle1.*unknown keys"),
     ("train: {eagle1: {lr: -1}}", "lr > 0"),
@@ -103,3 +104,19 @@ def test_paper_profile_dry_run_on_a_tiny_model_of_its_family(name, tmp_path, mon
     assert set(table.task) == {"overall", *tiny.bench.tasks}
     assert set(table.method) == {m.split("/")[0] for m in tiny.bench.methods}
     assert pd.read_csv(study.results / "bench" / "bench.csv").shape == table.shape
+
+
+def test_the_gpu_profile_and_its_dry_run():
+    """The gpu profile runs in bf16 on CUDA with eager and graph methods side by side; its dry run keeps
+    its methods and variants at the smoke profile's sizes, in fp32 on the CPU."""
+    from clover2.profiles import dry_run_profile
+
+    gpu = load_profile("gpu")
+    assert (gpu.device, gpu.dtype, gpu.study.engine) == ("cuda", "bfloat16", "graphs")
+    assert "ar!graphs" in gpu.bench.methods and "ar" in gpu.bench.methods and gpu.bench.max_new_tokens == 128
+    dry = load_profile(dry_run_profile("gpu"))
+    smoke = load_profile("smoke")
+    assert (dry.name, dry.device, dry.dtype) == ("gpu-dry", "cpu", "float32")
+    assert dry.bench.methods == gpu.bench.methods and dry.study.ablations == gpu.study.ablations
+    assert (dry.data, dry.bench.n_per_task, dry.bench.tasks) == (smoke.data, smoke.bench.n_per_task, smoke.bench.tasks)
+    assert dry.train.max_steps == smoke.train.max_steps and dry.study.engine == "graphs"

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from clover2.decoding.cache import commit_path
+from clover2.decoding.cache import BUCKETS, ENGINES, new_cache
 from clover2.decoding.drafter import Drafter
 from clover2.decoding.sampling import SamplingConfig
 from clover2.decoding.target import Target
@@ -27,10 +27,13 @@ class DecodeConfig:
     stop_at_eos: bool = True  # stop after the target's EOS token (kept in the output)
     stop_strings: tuple[str, ...] = ()  # stop once the decoded output contains one of these
     sampling: SamplingConfig = SamplingConfig()  # temperature 0: greedy; > 0: lossless sampling
+    engine: str = "eager"  # the target's KV cache: eager (the reference), static, or graphs (clover2.decoding.cache)
 
     def __post_init__(self):
         if self.max_new_tokens <= 0:
             raise Clover2Error(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.engine not in ENGINES:
+            raise Clover2Error(f"unknown engine {self.engine!r}; use one of: {', '.join(ENGINES)}")
         if any(not s for s in self.stop_strings):
             raise Clover2Error("stop strings must be non-empty")
 
@@ -99,32 +102,33 @@ def speculative_steps(target: Target, drafter: Drafter, prompt_ids: Sequence[int
                       *, cache=None) -> Iterator[Step]:
     """Decode from `prompt_ids` (greedy, or sampling with `config.sampling`), one `Step` per target forward.
 
-    Pass `cache` (an empty `DynamicCache`) to inspect it between steps; it holds the committed
-    tokens but the last.
+    Pass `cache` (an empty `TreeCache`) to inspect it between steps; it holds the committed
+    tokens but the last. Otherwise the cache is `config.engine`'s.
     """
     prompt = list(prompt_ids)
     limit = _check_prompt(target, prompt, config)
     decode = target.decode if target.tokenizer is not None else None
     stopper = Stopper(config, limit=limit, eos_ids=target.eos_token_ids, decode=decode)
-    cache = target.new_cache() if cache is None else cache
+    if cache is None:
+        cache = new_cache(target, config.engine, capacity=len(prompt) + limit + BUCKETS[-1])
     generator = torch.Generator().manual_seed(config.sampling.seed)  # every sampling decision draws from it
     drafter.begin(prompt, prefill(target, cache, prompt[:-1], hidden=drafter.needs_hidden))
     ids = prompt
     while True:
-        t0 = _clock(target)
+        t0 = clock(target)
         draft = drafter.propose(ids)  # 1. draft a token tree rooted at the last committed token
-        t1 = _clock(target)
+        t1 = clock(target)
         past = cache.get_seq_length()
         out = verify(target, cache, ids[-1], draft, hidden=drafter.needs_hidden)  # 2. verify it
         drafter.verified(ids[-1], draft, out.logits[0])
         accepted = accept(draft, out.logits[0], config.sampling, generator)  # 3. accept a path
         tokens, stop = stopper.cut(accepted.tokens)
         kept = accepted.path[: len(tokens)]
-        commit_path(cache, past, kept)  # 4. commit: keep the KV entries of root + accepted nodes
+        cache.commit(past, kept)  # 4. commit: keep the KV entries of root + accepted nodes
         drafter.observe(tokens, None if out.hidden is None else out.hidden[0, kept])
         ids = ids + tokens
         yield Step(tokens=tokens, draft_nodes=draft.tree.size - 1, draft_s=t1 - t0,
-                   verify_s=_clock(target) - t1, stop=stop)
+                   verify_s=clock(target) - t1, stop=stop)
         if stop:
             return
 
@@ -132,7 +136,7 @@ def speculative_steps(target: Target, drafter: Drafter, prompt_ids: Sequence[int
 def generate(target: Target, drafter: Drafter, prompt_ids: Sequence[int], config: DecodeConfig) -> Generation:
     """Run `speculative_steps` to the end and collect the output and per-step statistics."""
     gen = Generation(prompt_ids=list(prompt_ids))
-    start = time.perf_counter()
+    start = clock(target)
     with torch.inference_mode():
         for step in speculative_steps(target, drafter, prompt_ids, config):
             gen.steps.append(step)
@@ -156,13 +160,14 @@ def prefill(target: Target, cache, ids: list[int], *, hidden: bool) -> torch.Ten
     """Put `ids` into the empty cache with one causal forward; return their hidden states if asked."""
     if not ids:
         return None
-    n, device = len(ids), target.device
-    out = target.forward(torch.tensor([ids], device=device), torch.arange(n, device=device)[None],
-                         target.causal_mask(n), cache, logits_to_keep=1, hidden=hidden)
+    n = len(ids)
+    out = cache.run(target, torch.tensor(ids), torch.arange(n), torch.ones(n, n, dtype=torch.bool).tril(),
+                    logits_to_keep=1, hidden=hidden)
     return None if out.hidden is None else out.hidden[0]
 
 
-def _clock(target: Target) -> float:
+def clock(target: Target) -> float:
+    """Wall time in seconds, after the target's device has finished its queued work."""
     if target.device.type == "cuda":
         torch.cuda.synchronize(target.device)
     return time.perf_counter()

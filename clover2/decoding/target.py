@@ -7,7 +7,7 @@ an ordinary safetensors checkpoint plus tokenizer under ``$CLOVER2_CACHE`` (defa
 or hub id works too, optionally with a LoRA adapter folder (peft) merged on top.
 
 The decoder only ever calls :meth:`Target.forward`: ``input_ids``, ``position_ids``, a 4-D
-attention mask and a ``DynamicCache`` go in; logits (and, on request, the last hidden state
+attention mask and a KV cache (``clover2.decoding.cache``) go in; logits (and, on request, the last hidden state
 *before* the final norm, captured by a forward hook) come out. No modeling file is forked.
 """
 
@@ -17,13 +17,14 @@ import contextlib
 import hashlib
 import json
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from clover2.decoding.builtin import BUILTIN_TARGETS, CHAT_TEMPLATES, DEFAULT_TARGET
+from clover2.decoding.cache import TreeCache
 from clover2.decoding.hf_compat import cache_kwarg, capture_norm_input, make_saveable
 from clover2.decoding.packed import pack_linears, resolve_kernels
 from clover2.errors import Clover2Error
@@ -111,6 +112,8 @@ class Target:
     tokenizer: object | None  # a transformers tokenizer; None for tokenizer-less test models
     name: str  # what the user asked for: a built-in name, a path or a hub id
     kernels: str = "stock"  # how its linear layers compute: "packed" (oneDNN, pre-packed weights) or "stock"
+    # each static engine's reusable cache (clover2.decoding.cache); a copy made with `replace` starts empty
+    engine_state: dict = field(default_factory=dict, init=False, compare=False, repr=False)
 
     @property
     def config(self):
@@ -156,25 +159,43 @@ class Target:
         mask = torch.full((n, n), torch.finfo(self.dtype).min, dtype=self.dtype, device=self.device)
         return mask.triu(1)[None, None]
 
-    def new_cache(self) -> DynamicCache:
-        """An empty cache of full (non-sliding) layers: sliding windows are enforced by the mask."""
-        return DynamicCache()
+    def new_cache(self) -> TreeCache:
+        """An empty eager cache of full (non-sliding) layers: sliding windows are enforced by the mask."""
+        return TreeCache()
 
-    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor, attention_mask: torch.Tensor,
-                cache: DynamicCache, *, logits_to_keep: int = 0, hidden: bool = False) -> TargetOutput:
+    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor, attention_mask: torch.Tensor | dict,
+                cache, *, logits_to_keep: int = 0, hidden: bool = False) -> TargetOutput:
         """One forward of new tokens over the cached prefix.
 
         `input_ids`, `position_ids`: `(1, n)`; `attention_mask`: `(1, 1, n, past + n)` additive
-        float mask (0 = attend, dtype-min = masked). The new keys and values are appended to
-        `cache`; committing or discarding them is the caller's job.
+        float mask (0 = attend, dtype-min = masked), or `layer_masks`' result. The new keys and
+        values are written to `cache`; committing or discarding them is the caller's job.
         """
+        if torch.is_tensor(attention_mask):
+            attention_mask = self.layer_masks(attention_mask, position_ids)
         kwargs = {cache_kwarg(type(self.model)): cache}
         captured: list[torch.Tensor] = []
         with capture_norm_input(self.model, captured) if hidden else contextlib.nullcontext():
-            out = self.model(input_ids=input_ids, position_ids=position_ids,
-                             attention_mask=_mask_for_layers(self.config, attention_mask, position_ids),
+            out = self.model(input_ids=input_ids, position_ids=position_ids, attention_mask=attention_mask,
                              use_cache=True, logits_to_keep=logits_to_keep, **kwargs)
         return TargetOutput(logits=out.logits.float(), hidden=captured[0] if captured else None)
+
+    def layer_masks(self, mask: torch.Tensor, position_ids: torch.Tensor, *, first_new: int | None = None):
+        """The 4-D mask, or a per-layer-type dict of masks for models with sliding-window layers.
+
+        Key slot j holds position j for the committed prefix; the new tokens' keys sit from slot
+        `first_new` on (default: the last slots) at their `position_ids`."""
+        text = self.config.get_text_config()
+        layer_types = getattr(text, "layer_types", None) or []
+        window = getattr(text, "sliding_window", None)
+        if "sliding_attention" not in layer_types or not window:
+            return mask
+        n, kv = mask.shape[-2], mask.shape[-1]
+        start = kv - n if first_new is None else first_new
+        key_pos = torch.arange(kv, device=mask.device)
+        key_pos[start:start + n] = position_ids[0]
+        too_far = (position_ids[0][:, None] - key_pos[None, :]) >= window
+        return {"full_attention": mask, "sliding_attention": mask.masked_fill(too_far, torch.finfo(mask.dtype).min)}
 
     def render_chat(self, messages: list[dict], *, add_generation_prompt: bool = True) -> str:
         """A conversation as text, through the tokenizer's chat template (ready for the reply if asked)."""
@@ -201,22 +222,6 @@ class Target:
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True) if self.tokenizer else ""
-
-
-def _mask_for_layers(config, mask: torch.Tensor, position_ids: torch.Tensor):
-    """The 4-D mask, or a per-layer-type dict of masks for models with sliding-window layers."""
-    text = config.get_text_config()
-    layer_types = getattr(text, "layer_types", None) or []
-    window = getattr(text, "sliding_window", None)
-    if "sliding_attention" not in layer_types or not window:
-        return mask
-    # Key j sits at position j for the committed prefix; new keys sit at their position_ids.
-    n, kv = mask.shape[-2], mask.shape[-1]
-    key_pos = torch.arange(kv, device=mask.device)
-    key_pos[kv - n:] = position_ids[0]
-    too_far = (position_ids[0][:, None] - key_pos[None, :]) >= window
-    sliding = mask.masked_fill(too_far, torch.finfo(mask.dtype).min)
-    return {"full_attention": mask, "sliding_attention": sliding}
 
 
 # ----------------------------------------------------------------------------------------------

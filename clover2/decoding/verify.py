@@ -28,13 +28,8 @@ class Accepted:
 
 def verify(target: Target, cache, root: int, draft: Draft, *, hidden: bool = False) -> TargetOutput:
     """Run the target once over [root] + draft tokens, each attending to the prefix and its ancestors."""
-    past = cache.get_seq_length()
-    tree, device = draft.tree, target.device
-    input_ids = torch.cat([torch.tensor([root]), draft.tokens]).to(device)[None]  # (1, N)
-    position_ids = (past + tree.depth).to(device)[None]  # (1, N)
-    mask = torch.zeros(1, 1, tree.size, past + tree.size, dtype=target.dtype, device=device)
-    mask[0, 0, :, past:].masked_fill_(~tree.ancestors.to(device), torch.finfo(target.dtype).min)  # ancestors only
-    return target.forward(input_ids, position_ids, mask, cache, hidden=hidden)
+    ids = torch.cat([torch.tensor([root]), draft.tokens])  # (N,)
+    return cache.run(target, ids, cache.get_seq_length() + draft.tree.depth, draft.tree.ancestors, hidden=hidden)
 
 
 def accept_greedy(draft: Draft, logits: torch.Tensor) -> Accepted:

@@ -21,12 +21,14 @@ from, so that verification by recursive rejection sampling keeps the target's di
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from weakref import WeakKeyDictionary
 
 import torch
 
 from clover2.decoding.drafter import Drafter
+from clover2.decoding.graphs import GraphCache
 from clover2.decoding.sampling import SamplingConfig, draw_without_replacement, warp
 from clover2.decoding.tree import NO_DRAFT, Draft, Tree, TreeBuilder
 from clover2.drafts.base import DraftModel, TreeAttention
@@ -44,10 +46,27 @@ class DynamicTree:
             raise Clover2Error(f"dynamic tree: budget, depth and top_k must be >= 1: {self}")
 
 
+_GRAPHED: WeakKeyDictionary = WeakKeyDictionary()  # draft model -> its captured (root_logits, step)
+
+
+def draft_calls(model: DraftModel, *, graphs: bool) -> tuple[Callable, Callable]:
+    """The draft's `root_logits` and cache-free `step(parents, tokens, depth)`; with `graphs`, as CUDA
+    graphs captured per shape and depth, kept for the model's lifetime."""
+    calls = (model.root_logits, lambda parents, tokens, depth: model.step(parents, tokens, depth, cache=None))
+    if not graphs:
+        return calls
+    if model not in _GRAPHED:
+        _GRAPHED[model] = tuple(GraphCache(f, enabled=True) for f in calls)
+    return _GRAPHED[model]
+
+
 class ModelDrafter(Drafter):
     needs_hidden = True
 
-    def __init__(self, model: DraftModel, tree: Tree | DynamicTree, sampling: SamplingConfig = SamplingConfig()):
+    def __init__(self, model: DraftModel, tree: Tree | DynamicTree, sampling: SamplingConfig = SamplingConfig(),
+                 *, graphs: bool = False):
+        """`graphs`: replay the draft's per-depth calls as CUDA graphs where it can (a GPU, a draft
+        whose step reads no cache); otherwise, and always on a CPU, they run eagerly."""
         if isinstance(tree, Tree) and tree.ranks is None:
             raise Clover2Error("a static tree for a draft model must be given as rank paths")
         depth = tree.max_depth if isinstance(tree, Tree) else tree.depth
@@ -55,6 +74,9 @@ class ModelDrafter(Drafter):
             raise Clover2Error(f"tree depth {depth} exceeds the {model.max_tree_depth} heads of this {model.arch} draft")
         self.model, self.tree, self.sampling = model, tree, sampling
         self.device, self.dtype = next(model.parameters()).device, next(model.parameters()).dtype
+        # EAGLE-1's step attends to its growing draft cache, which a graph cannot follow: it stays eager
+        graphs = graphs and self.device.type == "cuda" and not model.attends_to_tree
+        self.root_logits, self.step = draft_calls(model, graphs=graphs)
         self.vocab = model.target_config.vocab_size
         self.begin([], None)
 
@@ -77,7 +99,7 @@ class ModelDrafter(Drafter):
         nxt = torch.tensor(self.pending_next, device=self.device)[None]  # (1, n)
         root = self.model.advance(h, nxt, self.cache)  # the sequence part over the newly committed positions
         self.pending_h, self.pending_next = self.pending_h[:0], []
-        growth = _Growth(self.model, self.cache, root)
+        growth = _Growth(self, root)
         draft = self._static(growth) if isinstance(self.tree, Tree) else self._dynamic(growth)
         if self.cache.get_seq_length() > growth.committed:  # entries the tree's nodes added (EAGLE-1)
             self.cache.crop(growth.committed - self.cache.get_seq_length())
@@ -147,9 +169,9 @@ class ModelDrafter(Drafter):
 class _Growth:
     """One step's tree under construction and the draft state of each of its nodes."""
 
-    def __init__(self, model: DraftModel, cache, root: torch.Tensor):
-        self.model, self.cache, self.root = model, cache, root  # root: (1, H)
-        self.committed = cache.get_seq_length()
+    def __init__(self, drafter: ModelDrafter, root: torch.Tensor):
+        self.drafter, self.model, self.cache, self.root = drafter, drafter.model, drafter.cache, root  # root: (1, H)
+        self.committed = self.cache.get_seq_length()
         self.nodes = TreeBuilder()
         self.states: dict[int, torch.Tensor] = {0: root[0]}  # node -> its draft state (H,)
         self.slot: dict[int, int] = {}  # node -> its entry in the draft cache (drafts that attend to the tree)
@@ -157,7 +179,7 @@ class _Growth:
     def expand(self, frontier: list[int], depth: int) -> torch.Tensor:
         """Draft logits `(n, V_draft)` of the children of the frontier nodes, all at `depth`."""
         if depth == 0:
-            return self.model.root_logits(self.root)
+            return self.drafter.root_logits(self.root)
         nodes = self.nodes
         parents = torch.stack([self.states[nodes.parent[n]] for n in frontier])
         tokens = torch.tensor([nodes.token[n] for n in frontier], device=parents.device)
@@ -165,7 +187,10 @@ class _Growth:
         if self.model.attends_to_tree:
             attention = TreeAttention(self.committed, [[self.slot[a] for a in nodes.path(n)[:-1]] for n in frontier])
             self.slot |= {n: past + row for row, n in enumerate(frontier)}
-        states, logits = self.model.step(parents, tokens, depth, cache=self.cache, attention=attention)
+        if attention is None:
+            states, logits = self.drafter.step(parents, tokens, depth)
+        else:
+            states, logits = self.model.step(parents, tokens, depth, cache=self.cache, attention=attention)
         for row, n in enumerate(frontier):
             self.states[n] = states[row]
         return logits

@@ -22,7 +22,7 @@ import torch
 import transformers
 from tqdm.auto import tqdm
 
-from clover2.decoding.decode import DecodeConfig, generate
+from clover2.decoding.decode import DecodeConfig, clock, generate
 from clover2.decoding.prompts import first_turn_ids
 from clover2.decoding.sampling import SamplingConfig
 from clover2.decoding.target import Target
@@ -32,6 +32,7 @@ from clover2.drafts.checkpoint import DRAFT_WEIGHTS, SIDECAR
 from clover2.drafts.drafter import DynamicTree
 from clover2.errors import Clover2Error
 from clover2.files import write_csv, write_json
+from clover2.measure.bandwidth import bandwidth_floor
 from clover2.measure.fit import FitConfig, calibrate, cost_curve, fit_tree
 from clover2.measure.load import CONTENDED_SHARE, mark, other_share
 from clover2.measure.methods import HF_METHODS, HYBRIDS, MethodSpec, drafter_factory, load_draft_for
@@ -69,6 +70,7 @@ def make_method(spec: MethodSpec | str, target: Target, config: DecodeConfig, *,
     (`hf`, `hf-pld`), at the temperature of `config`."""
     spec = MethodSpec.parse(spec) if isinstance(spec, str) else spec
     spec = replace(spec, temperature=config.sampling.temperature)
+    config = replace(config, engine=spec.engine)
     sp = config.sampling
     if spec.name not in HF_METHODS:
         make = drafter_factory(spec, target, draft=draft, tree=tree, sampling=sp)
@@ -85,7 +87,7 @@ def make_method(spec: MethodSpec | str, target: Target, config: DecodeConfig, *,
 
     def run_hf(prompt: list[int]) -> Run:
         ids = torch.tensor([prompt], device=target.device)
-        start = time.perf_counter()
+        start = clock(target)
         torch.manual_seed(sp.seed)  # HF generate samples from the global generator
         with torch.inference_mode():
             out = target.model.generate(ids, attention_mask=torch.ones_like(ids),
@@ -98,8 +100,9 @@ def interleaved(methods: list[Method], prompts: dict[str, list[int]], *, repeats
                 categories: dict[str, str] | None = None) -> pd.DataFrame:
     """Run every method on every prompt, rotating the order per prompt; one row per run.
 
-    Each method is compared with plain decoding (`ar`) at its own temperature, run on the same
-    prompt moments apart. A warm-up run of each method on the first prompt is excluded.
+    Each method is compared with eager plain decoding (`ar`) at its own temperature (engines too:
+    `ar!graphs` reports what graphs alone buy), run on the same prompt moments apart. A warm-up run
+    of each method on the first prompt is excluded (it also captures the graphs of `!graphs`).
     `identical` says whether a greedy method's output equals plain greedy decoding's;
     `other_load` is the share of the machine's CPUs other processes used during that prompt.
     """
@@ -173,8 +176,9 @@ class BenchConfig:
     tasks: tuple[str, ...] = SPEC_BENCH_TASKS
     n_per_task: int = 10  # seeded sample per task (per category of a .jsonl file)
     max_new_tokens: int = 128
-    # Method specs NAME[@TREE][/TEMPERATURE][=DRAFT_PATH]; TREE is a preset, dynamic:B:D:K, or
-    # `fitted` (the tree fitted to this machine, clover2.measure.fit); drafts default to DRAFTS/NAME.
+    # Method specs NAME[@TREE][/TEMPERATURE][!ENGINE][=DRAFT_PATH]; TREE is a preset, dynamic:B:D:K, or
+    # `fitted` (the tree fitted to this machine and engine, clover2.measure.fit); ENGINE static or
+    # graphs (clover2.decoding.cache; without it, eager); drafts default to DRAFTS/NAME.
     methods: tuple[str, ...] = ("ar", "pld", "hf-pld", "clover2@eagle25", "clover2@fitted")
     top_p: float = 1.0  # applied to the methods at temperature > 0
     top_k: int = 0
@@ -219,30 +223,37 @@ def run_bench(target: Target, config: BenchConfig, drafts: Mapping[str, Path] | 
     env = environment(target) | {"bench": asdict(config), "drafts": {  # by content, not by (machine) path
         s.arch: {"folder": s.draft.name, "weights_sha256": json.loads((s.draft / SIDECAR).read_text())["weights_sha256"]}
         for s in specs if s.is_draft}}
-    trees: dict[Path, DynamicTree | None] = {}  # fitted tree per draft folder; None: draft nothing
-    fitted = {s.draft: s.arch for s in specs if s.tree == "fitted"}
+    # The verification cost curve of every engine in the run (what fitted trees are fitted to) and
+    # the step time that memory bandwidth allows.
+    engines = list(dict.fromkeys(s.engine for s in specs if s.name not in HF_METHODS)) or ["eager"]
+    curves = {e: cost_curve(target, prefix=min(200, target.context_length - 65), engine=e) for e in engines}
+    write_csv(out / "cost_curve.csv", pd.concat([c.assign(engine=e) for e, c in curves.items()], ignore_index=True))
+    env["bandwidth"] = bandwidth_floor(target)
+    env["engines"] = {e: {"cuda_graphs": e == "graphs" and target.device.type == "cuda"} for e in engines}
+    trees: dict[tuple[Path, str], DynamicTree | None] = {}  # fitted tree per draft folder and engine; None: draft nothing
+    fitted = {(s.draft, s.engine): s.arch for s in specs if s.tree == "fitted"}
     if fitted:
-        curve = cost_curve(target, prefix=min(200, target.context_length - 65))
-        write_csv(out / "cost_curve.csv", curve)
         rng = np.random.default_rng(config.seed)
         picks = rng.choice(len(calibration), size=min(config.fit.prompts, len(calibration)), replace=False)
         calib = [first_turn_ids(target, calibration[i]) for i in picks]
-        for path, name in fitted.items():
-            trees[path], table = fit_tree(calibrate(target, models[path], calib, config.fit), curve, config.fit)
+        for (path, engine), arch in fitted.items():
+            name = arch if engine == "eager" else f"{arch}!{engine}"
+            trees[path, engine], table = fit_tree(calibrate(target, models[path], calib, config.fit, engine=engine),
+                                                  curves[engine], config.fit)
             write_csv(out / f"fit_{name}.csv", table)
-            chosen = asdict(trees[path]) if trees[path] else {"budget": 0, "depth": 0}  # 0: plain decoding
+            chosen = asdict(trees[path, engine]) if trees[path, engine] else {"budget": 0, "depth": 0}  # 0: plain decoding
             env.setdefault("fitted_trees", {})[name] = chosen | {"predicted_speedup": float(table.predicted_speedup.max())}
     methods = []
     for s in specs:
         sampling = SamplingConfig(temperature=s.temperature, top_p=config.top_p if s.temperature else 1.0,
                                   top_k=config.top_k if s.temperature else 0, seed=config.seed)
         decode = DecodeConfig(max_new_tokens=config.max_new_tokens, sampling=sampling)
-        if s.tree == "fitted" and trees[s.draft] is None:  # no tree pays here: decode as the method would without one
+        if s.tree == "fitted" and trees[s.draft, s.engine] is None:  # no tree pays here: decode as the method would without one
             plain = replace(s, name="pld" if s.name in HYBRIDS else "ar", tree="", draft=None)
             methods.append(replace(make_method(plain, target, decode), spec=s))
             continue
         methods.append(make_method(s, target, decode, draft=models.get(s.draft),
-                                   tree=trees[s.draft] if s.tree == "fitted" else None))
+                                   tree=trees[s.draft, s.engine] if s.tree == "fitted" else None))
     runs = interleaved(methods, {r.id: first_turn_ids(target, r) for r in records}, repeats=config.repeats,
                        categories={r.id: r.category for r in records})
     table = summarize(runs, seed=config.seed)

@@ -20,7 +20,6 @@ The chosen tree maximizes predicted speedup tau(B, D) * t(1) / (t(B + 1) + draft
 from __future__ import annotations
 
 import statistics
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -29,7 +28,8 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from clover2.decoding.decode import DecodeConfig, generate, prefill
+from clover2.decoding.cache import BUCKETS, new_cache
+from clover2.decoding.decode import DecodeConfig, clock, generate, prefill
 from clover2.decoding.drafter import Recording
 from clover2.decoding.target import Target
 from clover2.decoding.tree import Draft, Tree
@@ -52,8 +52,9 @@ class FitConfig:
 
 
 def cost_curve(target: Target, *, prefix: int = 200, sizes=(1, 2, 4, 8, 12, 16, 24, 32, 48, 64),
-               repeats: int = 7, seed: int = 0) -> pd.DataFrame:
-    """Median time of one forward of N new tokens over a cached `prefix`, relative to N = 1.
+               repeats: int = 7, seed: int = 0, engine: str = "eager") -> pd.DataFrame:
+    """Median time of one forward of N new tokens over a cached `prefix`, relative to N = 1, on
+    `engine` (clover2.decoding.cache; a static engine runs N padded to its bucket).
 
     The N tokens form a chain; a tree of N nodes costs the same (only the mask differs).
     Sizes are interleaved within each repeat, so drifting machine load hits all of them alike.
@@ -65,29 +66,31 @@ def cost_curve(target: Target, *, prefix: int = 200, sizes=(1, 2, 4, 8, 12, 16, 
     ids = torch.randint(vocab, (prefix + 1,), generator=gen).tolist()
     times: dict[int, list[float]] = {n: [] for n in sizes}
     with torch.inference_mode():
-        cache = target.new_cache()
+        cache = new_cache(target, engine, capacity=prefix + 1 + max(max(sizes), BUCKETS[-1]))
         prefill(target, cache, ids[:-1], hidden=False)
-        for _ in tqdm(range(repeats + 1), desc="cost curve", unit="round"):
+        for _ in tqdm(range(repeats + 1), desc=f"cost curve ({engine})", unit="round"):
             for n in sizes:
                 draft = Draft(Tree.chain(n - 1), torch.randint(vocab, (n - 1,), generator=gen))
-                start = time.perf_counter()
+                start = clock(target)
                 verify(target, cache, ids[-1], draft)
-                times[n].append(time.perf_counter() - start)
+                times[n].append(clock(target) - start)
                 cache.crop(-n)
     base = statistics.median(times[sizes[0]][1:])
     return pd.DataFrame([{"n_tokens": n, "median_ms": 1e3 * statistics.median(t[1:]),
                           "relative": statistics.median(t[1:]) / base} for n, t in times.items()])
 
 
-def calibrate(target: Target, model: DraftModel, prompts: Sequence[list[int]], config: FitConfig) -> dict:
-    """Acceptance of every candidate node, and the draft's time per step at depth 1 and max depth."""
+def calibrate(target: Target, model: DraftModel, prompts: Sequence[list[int]], config: FitConfig,
+              *, engine: str = "eager") -> dict:
+    """Acceptance of every candidate node, and the draft's time per step at depth 1 and max depth
+    (on `engine`: with `graphs` the draft's calls are replayed where they can be)."""
     big = DynamicTree(budget=config.max_depth * config.top_k, depth=config.max_depth, top_k=config.top_k)
-    decode = DecodeConfig(max_new_tokens=config.max_new_tokens)
+    decode = DecodeConfig(max_new_tokens=config.max_new_tokens, engine=engine)
     nodes, draft_s = [], {1: [], config.max_depth: []}
     for p, prompt in enumerate(tqdm(prompts, desc="calibrating tree", unit="prompt")):
         for depth in draft_s:
             shape = big if depth == config.max_depth else DynamicTree(budget=config.top_k, depth=1, top_k=config.top_k)
-            recorder = Recording(ModelDrafter(model, shape))
+            recorder = Recording(ModelDrafter(model, shape, graphs=engine == "graphs"))
             gen = generate(target, recorder, prompt, decode)
             draft_s[depth] += [s.draft_s for s in gen.steps]
             if depth == config.max_depth:

@@ -1,4 +1,4 @@
-"""Decoding methods by name: the spec grammar `NAME[@TREE][/TEMPERATURE][=DRAFT_PATH]`, parsed once
+"""Decoding methods by name: the spec grammar `NAME[@TREE][/TEMPERATURE][!ENGINE][=DRAFT_PATH]`, parsed once
 into a `MethodSpec`, and the drafter each one decodes with.
 
 Names: `ar` (plain decoding), `pld` (prompt lookup), `suffix` (a suffix cache over everything seen),
@@ -7,7 +7,9 @@ and with its prompt lookup; benchmark only), every draft architecture in
 `clover2.drafts.ARCHITECTURES`, and `pld+ARCH` (prompt lookup where it matches, the draft
 elsewhere). Draft methods take a tree: a static preset (`eagle25`, `medusa63`, `chainK`), EAGLE-2's
 dynamic tree `dynamic:BUDGET:DEPTH:TOPK`, or `fitted` (the dynamic tree fitted to the machine by
-`clover2.measure.fit`, benchmark only).
+`clover2.measure.fit`, benchmark only). `!ENGINE` runs the target (and the draft, where it can) on
+another engine of `clover2.decoding.cache`: `!static` (a preallocated KV cache at bucketed shapes)
+or `!graphs` (the same, replayed as CUDA graphs on a GPU); without it, the eager reference.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from clover2.decoding.cache import ENGINES
 from clover2.decoding.drafter import Drafter, Hybrid, NoDrafter
 from clover2.decoding.prompt_lookup import PromptLookupDrafter
 from clover2.decoding.sampling import SamplingConfig
@@ -46,15 +49,21 @@ class MethodSpec:
     tree: str = ""  # draft methods: a preset, dynamic:B:D:K or fitted; "" for the others
     temperature: float = 0.0  # 0: greedy; > 0: lossless sampling
     draft: Path | None = None  # draft methods: the trained draft's folder (None: the caller's default)
+    engine: str = "eager"  # the target's KV cache and launch mode (clover2.decoding.cache.ENGINES)
 
     @classmethod
     def parse(cls, spec: str, default_temperature: float = 0.0) -> MethodSpec:
-        """`NAME[@TREE][/TEMPERATURE][=DRAFT_PATH]`, e.g. `clover2@dynamic:60:6:10/1=drafts/clover2`."""
+        """`NAME[@TREE][/TEMPERATURE][!ENGINE][=DRAFT_PATH]`, e.g. `clover2@dynamic:60:6:10/1!graphs=drafts/clover2`."""
         rest, _, path = spec.strip().partition("=")
+        rest, bang, engine = rest.partition("!")
+        if bang and engine not in ENGINES[1:]:
+            raise Clover2Error(f"{spec!r}: the engine after '!' must be one of {', '.join(ENGINES[1:])}")
         rest, slash, temp = rest.partition("/")
         name, _, tree = rest.partition("@")
         if name not in method_names():
             raise Clover2Error(f"unknown method {name!r} in {spec!r}; known: {', '.join(method_names())}")
+        if bang and name in HF_METHODS:
+            raise Clover2Error(f"{spec!r}: Hugging Face generate runs its own engine; '!{engine}' is for clover2's loop")
         if tree and name not in TREE_METHODS:
             raise Clover2Error(f"{spec!r}: only draft methods ({', '.join(ARCHITECTURES)}, pld+ARCH) and tr take a tree")
         if name == "tr" and tree and (tree == "fitted" or tree.startswith("dynamic")):
@@ -68,12 +77,13 @@ class MethodSpec:
         if tree and tree != "fitted":
             parse_tree(tree)  # a bad tree fails here, not hours later
         return cls(name, tree or (DEFAULT_TREE if name in TREE_METHODS else ""), temperature,
-                   Path(path) if path else None)
+                   Path(path) if path else None, engine or "eager")
 
     @property
     def label(self) -> str:
-        """The name in tables: `name@tree` for draft methods, `name` otherwise."""
-        return f"{self.name}@{self.tree}" if self.tree else self.name
+        """The name in tables: `name@tree` for draft methods, `name` otherwise, then `!engine` unless eager."""
+        engine = "" if self.engine == "eager" else f"!{self.engine}"
+        return (f"{self.name}@{self.tree}" if self.tree else self.name) + engine
 
     @property
     def arch(self) -> str:
@@ -124,6 +134,7 @@ def drafter_factory(spec: MethodSpec, target: Target, *, draft: DraftModel | Non
         raise Clover2Error("a fitted tree is chosen by the benchmark (clover2 bench), not given by name")
     model = draft if draft is not None else load_draft_for(spec, target)
     shape = tree if tree is not None else parse_tree(spec.tree)
+    graphs = spec.engine == "graphs"
     if spec.name in HYBRIDS:
-        return lambda: Hybrid(PromptLookupDrafter(), ModelDrafter(model, shape, sampling))
-    return lambda: ModelDrafter(model, shape, sampling)
+        return lambda: Hybrid(PromptLookupDrafter(), ModelDrafter(model, shape, sampling, graphs=graphs))
+    return lambda: ModelDrafter(model, shape, sampling, graphs=graphs)

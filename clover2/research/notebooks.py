@@ -2,7 +2,10 @@
 
 Each notebook of a checkout's `notebooks/` folder (committed without outputs) runs with `profile`,
 `results` and any extra parameters injected after its `parameters` cell, in that folder, and its
-executed copy is written atomically to `<results>/<profile>/notebooks/`. Papermill's injected-parameters cell
+executed copy is written atomically to `<results>/<profile>/notebooks/`. All of them run in one
+Jupyter kernel, one after the other (its namespace reset in between): one process, so that the
+imports and a GPU's start-up (25-40 s of CUDA warm-up per new process) are paid once. The wall
+time of each notebook and of the whole run goes to `<results>/<profile>/notebooks/timings.json`. Papermill's injected-parameters cell
 is tagged `remove-cell` and stderr (progress bars, warnings) is dropped from the outputs, so the book
 shows the notebook's own parameters cell and the results; the progress is streamed to the terminal
 while the notebooks run.
@@ -11,14 +14,16 @@ while the notebooks run.
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import nbformat
 import papermill
+from jupyter_client.manager import KernelManager
 from tqdm.auto import tqdm
 
 from clover2.errors import Clover2Error
-from clover2.files import atomic_path
+from clover2.files import atomic_path, write_json
 from clover2.paths import results_root
 from clover2.profiles import load_profile
 
@@ -39,18 +44,40 @@ def run_notebooks(profile: str | None = None, *, source: str | Path = "notebooks
     if unknown:
         raise Clover2Error(f"unknown notebooks {unknown}; known: {', '.join(NOTEBOOKS)}")
     folder = (Path(results).resolve() if results else results_root()) / prof.name
-    written = []
-    for nb in tqdm(chosen, desc=f"notebooks ({prof.name})", unit="notebook"):
-        out = folder / "notebooks" / f"{nb}.ipynb"
-        with atomic_path(out) as tmp:
-            papermill.execute_notebook(source / f"{nb}.ipynb", tmp, kernel_name=kernel,
-                                       parameters={"profile": profile or prof.name,
-                                                   "results": os.path.relpath(folder, source),  # no machine path
-                                                   **(parameters or {})},
-                                       cwd=str(source), progress_bar=True, log_output=True)
-            nbformat.write(for_the_book(nbformat.read(tmp, as_version=4), f"{nb}.ipynb"), tmp)
-        written.append(out)
+    written, seconds, start = [], {}, time.perf_counter()
+    km = KernelManager(kernel_name=kernel)
+    km.start_kernel(cwd=str(source))
+    try:
+        for nb in tqdm(chosen, desc=f"notebooks ({prof.name})", unit="notebook"):
+            out, begun = folder / "notebooks" / f"{nb}.ipynb", time.perf_counter()
+            _reset(km)
+            with atomic_path(out) as tmp:
+                papermill.execute_notebook(source / f"{nb}.ipynb", tmp, kernel_name=kernel, km=km,
+                                           parameters={"profile": str(profile or prof.name),
+                                                       "results": os.path.relpath(folder, source),  # no machine path
+                                                       **(parameters or {})},
+                                           cwd=str(source), progress_bar=True, log_output=True)
+                nbformat.write(for_the_book(nbformat.read(tmp, as_version=4), f"{nb}.ipynb"), tmp)
+            written.append(out)
+            seconds[nb] = round(time.perf_counter() - begun, 1)
+    finally:
+        km.shutdown_kernel(now=True)
+    write_json(folder / "notebooks" / "timings.json", {"seconds": seconds, "total_seconds": round(
+        time.perf_counter() - start, 1), "one_kernel": True})
     return written
+
+
+def _reset(km: KernelManager) -> None:
+    """Clear the shared kernel's namespace (imported modules, and a GPU's context, stay)."""
+    client = km.client()
+    client.start_channels()
+    try:
+        client.wait_for_ready(timeout=60)
+        reply = client.execute_interactive("%reset -f", timeout=60)
+        if reply["content"]["status"] != "ok":
+            raise Clover2Error(f"could not reset the notebooks' kernel: {reply['content']}")
+    finally:
+        client.stop_channels()
 
 
 def for_the_book(nb, name: str):

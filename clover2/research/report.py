@@ -74,24 +74,33 @@ def speedup_findings(table: pd.DataFrame, env: dict, curve: pd.DataFrame | None 
         lines.append(f"- **The paper's comparison** (its 25-node tree, T = 0): Clover-2 tau {c.tau:.2f} against "
                      f"EAGLE-1 {e.tau:.2f} (ratio {c.tau / e.tau:.2f}; the paper: 1.00-1.05); speedups "
                      f"{_interval(c)} and {_interval(e)}.")
-    for arch, fitted in env.get("fitted_trees", {}).items():
-        method = f"{arch}@fitted"
+    for name, fitted in env.get("fitted_trees", {}).items():
+        arch, bang, engine = name.partition("!")
+        method = f"{arch}@fitted{bang}{engine}"
         if method not in greedy.index:
             continue
         measured = _interval(greedy.loc[method])
         if fitted["budget"] == 0:
-            lines.append(f"- **Fitted tree ({arch})**: none. No tree is predicted to beat plain decoding here (best "
+            lines.append(f"- **Fitted tree ({name})**: none. No tree is predicted to beat plain decoding here (best "
                          f"{fitted['predicted_speedup']:.2f}x), so `{method}` drafts nothing: measured {measured}.")
         else:
             nodes = f"{fitted['budget']} node" + ("s" if fitted["budget"] > 1 else "")
-            lines.append(f"- **Fitted tree ({arch})**: {nodes}, depth {fitted['depth']}; predicted "
+            lines.append(f"- **Fitted tree ({name})**: {nodes}, depth {fitted['depth']}; predicted "
                          f"{fitted['predicted_speedup']:.2f}x, measured {measured}.")
-    if curve is not None and len(curve):
-        cost = dict(zip(curve.n_tokens, curve.relative))
+    curve = None if curve is None else curve.assign(engine=curve.get("engine", "eager"))
+    for engine, c in ([] if curve is None else curve.groupby("engine", sort=False)):
+        cost = dict(zip(c.n_tokens, c.relative))
         at = [k for k in (4, 8, 16, 24, 64) if k in cost]
-        lines.append("- **Verification cost** (one forward of N tokens over one of 1): "
-                     + ", ".join(f"N = {k}: {cost[k]:.2f}x" for k in at)
+        where = "" if engine == "eager" else f", engine `{engine}`"
+        lines.append(f"- **Verification cost**{where} (one forward of N tokens over one of 1, "
+                     f"{c.median_ms.iloc[0]:.2f} ms): " + ", ".join(f"N = {k}: {cost[k]:.2f}x" for k in at)
                      + ". A tree of N - 1 nodes pays only if tau exceeds that cost plus the draft's.")
+    floor = env.get("bandwidth")
+    for plain in [m for m in greedy.index if m.split("!")[0] == "ar"] if floor else []:
+        step_ms = 1e3 / greedy.loc[plain].tokens_per_s
+        lines.append(f"- **Against memory bandwidth** (`{plain}`): {step_ms:.2f} ms per token, {step_ms / floor['floor_ms']:.0f}x "
+                     f"the floor of {floor['floor_ms']:.3f} ms ({floor['weight_bytes'] / 1e6:.0f} MB of weights at the "
+                     f"{floor['copy_bandwidth_gb_s']:.0f} GB/s a large copy reaches here).")
     exact = greedy.identical_frac.dropna()
     if len(exact):
         lines.append(f"- **Exactness**: {exact.min():.0%} of greedy outputs token-identical to plain decoding "

@@ -218,11 +218,12 @@ class Study:
         max_new_tokens = max_new_tokens or self.profile.study.ablation_max_new_tokens
         records = [r for t in (tasks or self.profile.bench.tasks) for r in load_task(t, n_per_task)]
         prompts = [(r.category, first_turn_ids(self.target, r)) for r in records]
-        config, shape, rows = DecodeConfig(max_new_tokens=max_new_tokens), parse_tree(tree), []
+        engine = self.profile.study.engine
+        config, shape, rows = DecodeConfig(max_new_tokens=max_new_tokens, engine=engine), parse_tree(tree), []
         for v in variants:
             model = load_draft(self.draft(v), self.target)
             for p, (task, ids) in enumerate(tqdm(prompts, desc=f"tau {v}", unit="prompt")):
-                g = generate(self.target, ModelDrafter(model, shape), ids, config)
+                g = generate(self.target, ModelDrafter(model, shape, graphs=engine == "graphs"), ids, config)
                 rows.append({"variant": v, "prompt": p, "task": task, "tokens": len(g.output_ids), "steps": len(g.steps)})
         df = pd.DataFrame(rows)
         per_task = df.groupby(["variant", "task"], sort=False)[["tokens", "steps"]].sum().reset_index()
