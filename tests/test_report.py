@@ -40,6 +40,23 @@ def test_speedup_findings_follow_the_numbers():
     assert "drafts nothing" in none and "contention" in none
 
 
+def test_speedup_findings_per_engine_and_against_the_bandwidth_floor():
+    """A run with the graph engine: its own fitted tree, its own cost curve, and each plain decoding's
+    time per token against the floor that memory bandwidth sets."""
+    fast = _bench()
+    fast = pd.concat([fast, fast[fast.method.isin(["ar", "clover2@fitted"]) & (fast.temperature == 0)].assign(
+        method=lambda d: d.method + "!graphs", tokens_per_s=170.0, speedup=10.0)], ignore_index=True)
+    env = ENV | {"fitted_trees": {"clover2!graphs": {"budget": 24, "depth": 5, "predicted_speedup": 2.5}},
+                 "bandwidth": {"weight_bytes": 270e6, "copy_bandwidth_gb_s": 4000.0, "floor_ms": 0.0675}}
+    curve = pd.DataFrame({"n_tokens": [1, 4, 1, 4], "median_ms": [50.0, 70.0, 2.0, 2.1],
+                          "relative": [1, 1.4, 1, 1.05], "engine": ["eager", "eager", "graphs", "graphs"]})
+    text = report.speedup_findings(fast, env, curve)
+    assert "Fitted tree (clover2!graphs)**: 24 nodes, depth 5" in text and "measured 10.00x" in text
+    assert "N = 4: 1.40x" in text and "engine `graphs` (one forward of N tokens over one of 1, 2.00 ms): N = 4: 1.05x" in text
+    assert "(`ar`): 58.82 ms per token, 871x the floor of 0.068 ms" in text
+    assert "(`ar!graphs`): 5.88 ms per token, 87x" in text
+
+
 def test_paper_findings_say_whether_the_ordering_reproduced():
     def ratio(clover, eagle):
         ours = pd.DataFrame([{"source": "ours", "method": m, "task": task, "tau": t}

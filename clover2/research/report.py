@@ -92,8 +92,9 @@ def speedup_findings(table: pd.DataFrame, env: dict, curve: pd.DataFrame | None 
         cost = dict(zip(c.n_tokens, c.relative))
         at = [k for k in (4, 8, 16, 24, 64) if k in cost]
         where = "" if engine == "eager" else f", engine `{engine}`"
-        lines.append(f"- **Verification cost**{where} (one forward of N tokens over one of 1, "
-                     f"{c.median_ms.iloc[0]:.2f} ms): " + ", ".join(f"N = {k}: {cost[k]:.2f}x" for k in at)
+        one = f", {c.median_ms.iloc[0]:.2f} ms" if "median_ms" in c else ""
+        lines.append(f"- **Verification cost**{where} (one forward of N tokens over one of 1{one}): "
+                     + ", ".join(f"N = {k}: {cost[k]:.2f}x" for k in at)
                      + ". A tree of N - 1 nodes pays only if tau exceeds that cost plus the draft's.")
     floor = env.get("bandwidth")
     for plain in [m for m in greedy.index if m.split("!")[0] == "ar"] if floor else []:
