@@ -31,7 +31,7 @@ def _imports(folder: Path) -> set[str]:
             elif isinstance(node, ast.ImportFrom) and node.level == 0:
                 names.add(node.module.split(".")[0])
     dists = importlib.metadata.packages_distributions()
-    return {d.lower() for n in names - {"clover2"} - set(sys.stdlib_module_names) for d in dists.get(n, [n])}
+    return {d.lower().replace("_", "-") for n in names - {"clover2"} - set(sys.stdlib_module_names) for d in dists.get(n, [n])}
 
 
 def _declared() -> dict[str, set[str]]:
