@@ -74,9 +74,9 @@ def tau_bars(table: pd.DataFrame, *, hue: str = "method", title: str = ""):
 def cost_curve_plot(curve: pd.DataFrame, *, title: str = ""):
     """Time of one target forward of N tokens relative to one token (one line per engine)."""
     fig, ax = plt.subplots(figsize=(6, 4))
-    engines = curve.get("engine", pd.Series(["eager"] * len(curve)))
-    sns.lineplot(data=curve.assign(engine=engines.to_numpy()), x="n_tokens", y="relative", marker="o",
-                 hue="engine" if engines.nunique() > 1 else None, ax=ax)
+    curve = curve.assign(engine=curve.get("engine", "eager"))  # curves before engines existed: eager
+    sns.lineplot(data=curve, x="n_tokens", y="relative", marker="o",
+                 hue="engine" if curve.engine.nunique() > 1 else None, ax=ax)
     ax.set_xlabel("tokens verified in one forward (tree nodes + root)")
     ax.set_ylabel("time relative to a 1-token step")
     ax.set_title(title)
