@@ -33,7 +33,8 @@ class _Help(argparse.ArgumentDefaultsHelpFormatter):
 
 PROFILE_HELP = "profile: a shipped name (cpu, cpu-full, smoke, paper-vicuna7b, paper-llama3-8b) or a YAML path " \
                "(default: $CLOVER2_PROFILE, else cpu)"
-KERNELS_HELP = "the target's linear kernels: auto (oneDNN with pre-packed weights where it can), packed or stock"
+KERNELS_HELP = ("the linear kernels of the target and the drafts: auto (per row count, the one measured fastest on "
+                "this machine, cached), or one forced everywhere: stock, packed (oneDNN) or mkl (MKL packed GEMM)")
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -6,8 +6,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, Gemma3TextConfig, LlamaConfig, Qwen2Config
 
-from clover2.decoding.packed import pack_linears, packing_available
-from clover2.decoding.target import Target
+from clover2.decoding.target import Target, with_kernels
 
 VOCAB = 96
 
@@ -43,16 +42,13 @@ def _config(family: str, vocab: int = VOCAB):
 
 
 def tiny_target(family: str, seed: int = 0, dtype=torch.float32, vocab: int = VOCAB, kernels: str = "auto") -> Target:
-    """A random target; `kernels` as in `load_target` (auto: packed wherever oneDNN can, the default path)."""
+    """A random target; `kernels` as in `load_target` (auto: the kernels measured fastest here, the default path)."""
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(_config(family, vocab), dtype=dtype, attn_implementation="sdpa").eval()
     model.requires_grad_(False)
     model.generation_config.eos_token_id = None
     model.generation_config.pad_token_id = 0
-    packed = kernels == "packed" or (kernels == "auto" and packing_available(dtype, "cpu"))
-    if packed:
-        pack_linears(model)
-    return Target(model=model, tokenizer=CharTokenizer(), name=f"tiny-{family}", kernels="packed" if packed else "stock")
+    return with_kernels(Target(model=model, tokenizer=CharTokenizer(), name=f"tiny-{family}"), kernels)
 
 
 FAMILIES = ["llama", "qwen2", "gemma3"]

@@ -17,7 +17,8 @@ import contextlib
 import hashlib
 import json
 import shutil
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -26,7 +27,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from clover2.decoding.builtin import BUILTIN_TARGETS, CHAT_TEMPLATES, DEFAULT_TARGET
 from clover2.decoding.cache import TreeCache
 from clover2.decoding.hf_compat import cache_kwarg, capture_norm_input, make_saveable
-from clover2.decoding.packed import pack_linears, resolve_kernels
+from clover2.decoding.kernels import BUCKETS, KernelPlan, check_mode, linear_shapes, native_bf16, tuned
 from clover2.errors import Clover2Error
 from clover2.files import atomic_path, sha256_file
 from clover2.paths import cache_root
@@ -41,15 +42,7 @@ def default_dtype(device: str | torch.device = "cpu") -> torch.dtype:
     """
     if torch.device(device).type == "cuda":
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    return torch.bfloat16 if cpu_has_native_bf16() else torch.float32
-
-
-def cpu_has_native_bf16() -> bool:
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
+    return torch.bfloat16 if native_bf16() else torch.float32
 
 
 def parse_dtype(name: str | torch.dtype | None, device: str = "cpu") -> torch.dtype:
@@ -111,13 +104,25 @@ class Target:
     model: torch.nn.Module
     tokenizer: object | None  # a transformers tokenizer; None for tokenizer-less test models
     name: str  # what the user asked for: a built-in name, a path or a hub id
-    kernels: str = "stock"  # how its linear layers compute: "packed" (oneDNN, pre-packed weights) or "stock"
+    # how its linear layers compute (clover2.decoding.kernels): "auto" (the kernel per row count that
+    # measured fastest on this machine), or one kernel forced everywhere: "stock", "packed", "mkl"
+    kernels: str = "stock"
     # each static engine's reusable cache (clover2.decoding.cache); a copy made with `replace` starts empty
     engine_state: dict = field(default_factory=dict, init=False, compare=False, repr=False)
 
     @property
     def config(self):
         return self.model.config
+
+    @property
+    def kernel_plan(self) -> KernelPlan:
+        """The kernel each row count of a forward uses (stock everywhere for a model never tuned)."""
+        dispatch = getattr(self.model, "kernel_dispatch", None)
+        return dispatch.plan if dispatch is not None else KernelPlan.uniform("stock")
+
+    def kernel_record(self) -> dict:
+        """What env.json records: the mode, the plan in use and the timings it was chosen from."""
+        return {"mode": self.kernels, **self.kernel_plan.record(), "timings": getattr(self.model, "kernel_timings", [])}
 
     @property
     def dtype(self) -> torch.dtype:
@@ -232,15 +237,16 @@ def load_target(name: str = DEFAULT_TARGET, *, dtype: str | torch.dtype | None =
                 adapter: str | Path | None = None, chat_template: str | None = None, kernels: str = "auto") -> Target:
     """Load a target by built-in name, local checkpoint folder or hub id; merge a LoRA adapter if given.
 
-    `kernels`: "packed" lays the linear weights out once for oneDNN (clover2.decoding.packed), the
-    fast path on CPUs; "stock" keeps PyTorch's default; "auto" packs wherever oneDNN can.
+    `kernels`: "auto" gives each row count the linear kernel that measured fastest on this machine
+    (clover2.decoding.kernels; measured once per machine and model shape, then cached); "stock",
+    "packed" (oneDNN, pre-packed weights) or "mkl" (MKL's packed GEMM) force one kernel everywhere.
 
     `chat_template` replaces the tokenizer's: a name in `CHAT_TEMPLATES` ("vicuna") or a Jinja file,
     for targets whose tokenizer ships none (Vicuna v1.5) or the wrong one."""
     if not name:
         raise Clover2Error(unknown_target_message(name))
     torch_dtype = parse_dtype(dtype, device)
-    kernels = resolve_kernels(kernels, torch_dtype, device)
+    check_mode(kernels, torch_dtype, device)  # a kernel that cannot run here fails before the load
     if name in BUILTIN_TARGETS:
         folder: str | Path = prepare_builtin(name)
     elif Path(name).expanduser().exists():
@@ -264,9 +270,35 @@ def load_target(name: str = DEFAULT_TARGET, *, dtype: str | torch.dtype | None =
     if adapter is not None:
         model = _merge_adapter(model, Path(adapter))
     model.to(device).eval().requires_grad_(False)
-    if kernels == "packed":
-        pack_linears(model)
-    return Target(model=model, tokenizer=tokenizer, name=name, kernels=kernels)
+    return with_kernels(Target(model=model, tokenizer=tokenizer, name=name), kernels)
+
+
+def with_kernels(target: Target, mode: str, *, timer: Callable[[str, int], float] | None = None) -> Target:
+    """`target` with its linear layers on `mode`'s kernels: `auto` measures (or takes this machine's
+    cached measurement of) one verification forward per row bucket under every kernel and keeps the
+    fastest per bucket (clover2.decoding.kernels); `timer` replaces the timing (tests)."""
+    cfg = target.config.get_text_config()
+    key = {"target": type(target.model).__name__, "linears": linear_shapes(target.model),
+           "attention": [cfg.num_attention_heads, getattr(cfg, "num_key_value_heads", None), getattr(cfg, "head_dim", None)]}
+    tuned(target.model, mode, _verify_workload(target), key, timer=timer)
+    return replace(target, kernels=mode)
+
+
+def _verify_workload(target: Target, prefix: int = 200) -> Callable[[int], None]:
+    """One forward of `rows` new tokens over a cached prefix of `prefix` tokens, as a verification step."""
+    prefix = max(1, min(prefix, target.context_length - BUCKETS[-1] - 1))
+    ids = torch.randint(target.config.get_text_config().vocab_size, (prefix + BUCKETS[-1],),
+                        generator=torch.Generator().manual_seed(0))
+    cache = TreeCache()
+
+    def run(rows: int) -> None:
+        if not cache.get_seq_length():
+            cache.run(target, ids[:prefix], torch.arange(prefix), torch.ones(prefix, prefix, dtype=torch.bool).tril(),
+                      logits_to_keep=1)
+        cache.run(target, ids[prefix:prefix + rows], torch.arange(prefix, prefix + rows),
+                  torch.ones(rows, rows, dtype=torch.bool).tril())
+        cache.crop(-rows)
+    return run
 
 
 def _chat_template(name: str) -> str:

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from clover2.decoding.packed import pack_linears, packing_available
+from clover2.decoding.kernels import available, linear_pass, linear_shapes, tuned
 from clover2.decoding.target import Target
 from clover2.drafts import build_draft
 from clover2.drafts.base import BORROWED, DraftModel
@@ -46,8 +46,8 @@ DRAFT_WEIGHTS = ("auto", "float", "int8")
 def load_draft(path: str | Path, target: Target, *, weights: str = "float") -> DraftModel:
     """A trained draft for `target`, checked against the target it was trained for.
 
-    `weights`: "float" as trained (float32 on a CPU, pre-packed there when the target's linears
-    are); "int8" stores every linear layer's weights in int8 and quantizes its input on the fly
+    `weights`: "float" as trained (float32 on a CPU, its linear layers on the kernels chosen as the
+    target's are: measured per row count under `auto`, else the target's forced kernel); "int8" stores every linear layer's weights in int8 and quantizes its input on the fly
     (CPU only): the draft step reads a quarter of the bytes and runs ~1.6x faster on a 2-core Xeon,
     and since the target verifies every token, the output does not change, only tau a little;
     "auto" is int8 on a CPU and float elsewhere. The result is frozen, for decoding only."""
@@ -91,6 +91,7 @@ def load_draft(path: str | Path, target: Target, *, weights: str = "float") -> D
         with warnings.catch_warnings():  # torch.ao's eager quantization is deprecated in favour of torchao
             warnings.simplefilter("ignore")
             torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)
-    elif target.kernels == "packed" and packing_available(dtype, target.device):
-        pack_linears(model)  # frozen from here on: the draft's step reads its weights pre-packed too
+    else:  # frozen from here on: the draft's step reads prepared weights too
+        mode = target.kernels if target.kernels in ("auto", *available(dtype, target.device)) else "auto"
+        tuned(model, mode, linear_pass(model), {"draft": config.arch, "linears": linear_shapes(model)})
     return model

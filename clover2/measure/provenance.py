@@ -63,7 +63,7 @@ def environment(target: Target) -> dict:
             **machine(), "torch": torch.__version__,
             "transformers": transformers.__version__, "python": platform.python_version(),
             "target": target.name, "dtype": str(target.dtype).removeprefix("torch."),
-            "device": str(target.device), "kernels": target.kernels, "commit": commit(), "clover2": __version__,
+            "device": str(target.device), "kernels": target.kernel_record(), "commit": commit(), "clover2": __version__,
             "load_average_1m": os.getloadavg()[0]}  # other work on the machine biases every comparison
 
 

@@ -249,7 +249,7 @@ class Study:
         specs = [MethodSpec.parse(s) for s in config.methods]
         drafts = {s.arch: self.draft(s.arch) for s in specs if s.is_draft and s.draft is None}
         key = stable_hash({"bench": asdict(config), "target": self.target.identity(), "dtype": str(self.target.dtype),
-                           "device": str(self.target.device), "kernels": self.target.kernels,
+                           "device": str(self.target.device), "kernels": self.target.kernel_plan.describe(),
                            "machine": machine(), "code": code_version(),
                            "drafts": {n: json.loads((p / SIDECAR).read_text())["weights_sha256"] for n, p in drafts.items()}})
         cached = cache_root() / "bench" / self.profile.name / f"{name}-{key}"

@@ -1,0 +1,103 @@
+"""Linear kernels chosen by measurement: every candidate computes what the stock kernel computes,
+the choice follows the timings, and a cached choice is trusted only when it is whole and current."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from conftest import FAMILIES, hf_greedy, tiny_target
+
+from clover2.decoding import kernels as K
+from clover2.decoding.decode import DecodeConfig, generate
+from clover2.decoding.drafter import NoDrafter
+from clover2.decoding.target import with_kernels
+from clover2.errors import Clover2Error
+
+CPU_KERNELS = K.available(torch.float32, "cpu")
+
+
+@pytest.fixture(autouse=True)
+def own_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("CLOVER2_CACHE", str(tmp_path / "cache"))  # measured plans land here
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_kernel_computes_what_stock_computes_at_every_row_count(family):
+    stock = tiny_target(family, kernels="stock")
+    ids = torch.randint(0, 96, (1, 70), generator=torch.Generator().manual_seed(1))
+    for kernel in (*CPU_KERNELS, "auto"):
+        other = tiny_target(family, kernels=kernel)
+        assert other.kernels == kernel and all(k in CPU_KERNELS for k in other.kernel_plan.kernels)
+        with torch.inference_mode():
+            for n in (1, 2, 3, 5, 8, 16, 40, 70):
+                torch.testing.assert_close(other.model(input_ids=ids[:, :n]).logits,
+                                           stock.model(input_ids=ids[:, :n]).logits, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_plain_decoding_on_every_kernel_equals_stock_hf_greedy(family):
+    stock = tiny_target(family, kernels="stock")
+    prompt = list(range(5, 25))
+    want = hf_greedy(stock, prompt, 40)
+    for kernel in (*CPU_KERNELS, "auto"):
+        assert generate(tiny_target(family, kernels=kernel), NoDrafter(), prompt,
+                        DecodeConfig(max_new_tokens=40)).output_ids == want, kernel
+
+
+def test_the_choice_follows_the_timings_and_the_dispatch_follows_the_choice():
+    assert {"packed", "mkl"} <= set(CPU_KERNELS), "this CPU build lacks oneDNN or MKL"
+    fastest = {1: "mkl", 2: "packed", 4: "packed", 8: "stock", 16: "stock", 32: "packed", 64: "mkl"}
+    timer = lambda kernel, rows: 1.0 if kernel == fastest[rows] else 2.0 + rows  # noqa: E731
+    target = with_kernels(tiny_target("llama", kernels="stock"), "auto", timer=timer)
+    plan = target.kernel_plan
+    assert plan.kernels == tuple(fastest[b] for b in K.BUCKETS) and plan.source == "measured"
+    assert plan.describe() == "mkl@1,packed@2,stock@8,packed@32,mkl@64"
+    assert {r["kernel"] for r in target.kernel_record()["timings"]} == set(CPU_KERNELS)
+    dispatch = target.model.kernel_dispatch
+    assert [dispatch.kernel(r) for r in (1, 2, 3, 7, 8, 31, 32, 63, 64, 1000)] == \
+        ["mkl", "packed", "packed", "packed", "stock", "stock", "packed", "packed", "mkl", "mkl"]
+    lin = target.model.lm_head  # the prepared weights of unused kernels are freed, the used ones kept
+    assert lin.prepared["packed"] is not None and lin.prepared["mkl"] is not None
+    assert not (tmp := list((K.cache_root() / "kernels").glob("*.json"))), f"a faked timing was cached: {tmp}"
+
+
+def test_a_measured_choice_is_cached_and_a_corrupt_or_stale_one_is_measured_again():
+    first = tiny_target("qwen2")
+    assert first.kernel_plan.source == "measured"
+    (path,) = (K.cache_root() / "kernels").glob("*.json")
+    again = tiny_target("qwen2")
+    assert again.kernel_plan.source == "cached" and again.kernel_plan.kernels == first.kernel_plan.kernels
+    stored = json.loads(path.read_text())
+    for broken in ("{not json", json.dumps(stored | {"key": stored["key"] | {"torch": "0.1"}}),
+                   json.dumps(stored | {"plan": {"kernels": ["fast"] * 7, "buckets": list(K.BUCKETS)}})):
+        path.write_text(broken)
+        with pytest.warns(UserWarning, match="unusable"):
+            assert tiny_target("qwen2").kernel_plan.source == "measured"
+        assert json.loads(path.read_text())["key"] == stored["key"]  # rewritten whole
+    other_shape = tiny_target("qwen2", vocab=128)  # another model shape: its own measurement
+    assert other_shape.kernel_plan.source == "measured" and len(list(path.parent.glob("*.json"))) == 2
+
+
+def test_prepared_layers_still_backpropagate():
+    lin = torch.nn.Linear(8, 4)
+    K.install(lin, K.KernelPlan.uniform("packed"))
+    x = torch.randn(5, 8, requires_grad=True)
+    lin(x).sum().backward()  # a gradient takes the stock kernel
+    assert x.grad is not None and lin.weight.grad is not None
+    with torch.no_grad():
+        torch.testing.assert_close(lin(x), torch.nn.functional.linear(x, lin.weight, lin.bias))
+
+
+def test_kernel_choice_is_checked():
+    with pytest.raises(Clover2Error, match="unknown kernels"):
+        K.check_mode("fast", torch.float32, "cpu")
+    with pytest.raises(Clover2Error, match="cannot compute"):
+        K.check_mode("mkl", torch.float16, "cpu")
+    assert K.available(torch.float16, "cpu") == ("stock",)
+    assert K.available(torch.float32, "cuda") == ("stock",)
+    with pytest.raises(Clover2Error, match="one of"):
+        K.KernelPlan(("stock",))
+    target = tiny_target("llama", dtype=torch.float16)  # nothing to choose from: stock, not measured
+    assert target.kernel_plan.kernels == ("stock",) * len(K.BUCKETS)
