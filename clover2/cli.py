@@ -56,7 +56,8 @@ def _parser() -> argparse.ArgumentParser:
     _target_args(s)
     s.add_argument("--method", default="ar", choices=_generate_methods(),
                    help="ar: plain decoding; pld: prompt lookup; suffix: a suffix cache; tr: Token Recycling; "
-                        "a draft architecture, or pld+ARCH (both need --draft)")
+                        "a draft architecture, pld+ARCH (prompt lookup, else the draft) or union+ARCH (the suffix "
+                        "cache, prompt lookup and the draft in one tree); the last three need --draft")
     _draft_args(s)
     src = s.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt", help="one user turn")
@@ -139,9 +140,9 @@ def _architectures() -> list[str]:
 
 
 def _generate_methods() -> list[str]:
-    from clover2.measure.methods import BASELINES, HYBRIDS
+    from clover2.measure.methods import BASELINES, HYBRIDS, UNIONS
 
-    return [*BASELINES, "suffix", "tr", *_architectures(), *HYBRIDS]
+    return [*BASELINES, "suffix", "tr", *_architectures(), *HYBRIDS, *UNIONS]
 
 
 def _commit() -> str:

@@ -22,7 +22,7 @@ from clover2.drafts.checkpoint import save_draft
 from clover2.drafts.config import DraftConfig
 from clover2.errors import Clover2Error
 from clover2.measure.bench import BenchConfig, Method, interleaved, make_method, run_bench, summarize
-from clover2.measure.fit import FitConfig, cost_curve, fit_tree
+from clover2.measure.fit import FitConfig, cost_curve, fit
 from clover2.measure.load import mark, other_share
 from clover2.measure.methods import MethodSpec
 from clover2.measure.provenance import environment
@@ -171,11 +171,13 @@ def test_configured_bench_with_a_fitted_tree_writes_the_table(tmp_path):
     config = BenchConfig(tasks=(str(_spec_bench_file(tmp_path / "question.jsonl")),), n_per_task=1,
                          max_new_tokens=10, methods=("ar", "pld", "suffix", "tr@chain3", "clover2@eagle25",
                                                      "clover2@dynamic:8:3:3", "clover2@fitted", "pld+clover2@fitted",
-                                                     "ar/1", "clover2@eagle25/1", "ar!graphs", "clover2@fitted!graphs"),
+                                                     "union+clover2@fitted", "union+clover2@eagle25",
+                                                     "ar/1", "clover2@eagle25/1", "union+clover2@eagle25/1",
+                                                     "ar!graphs", "clover2@fitted!graphs"),
                          fit=FitConfig(max_depth=3, top_k=3, prompts=2, max_new_tokens=8))
     table = run_bench(t, config, tmp_path / "drafts", tmp_path / "out")
     disk = pd.read_csv(tmp_path / "out" / "bench.csv")
-    assert len(disk) == len(table) == 12 * 4  # 12 methods x (3 tasks + overall)
+    assert len(disk) == len(table) == 15 * 4  # 15 methods x (3 tasks + overall)
     assert {"other_load", "contended"} <= set(disk.columns)
     greedy = disk[disk.temperature == 0]
     assert (greedy.identical_frac == 1).all()
@@ -189,6 +191,14 @@ def test_configured_bench_with_a_fitted_tree_writes_the_table(tmp_path):
     fit = pd.read_csv(tmp_path / "out" / "fit_clover2.csv")
     assert fit.predicted_speedup.max() == pytest.approx(fitted["predicted_speedup"])
     assert "clover2!graphs" in env["fitted_trees"] and (tmp_path / "out" / "fit_clover2!graphs.csv").exists()
+    union = pd.read_csv(tmp_path / "out" / "fit_union+clover2.csv")  # the union's fit includes the draft alone
+    assert {"suffix_budget", "pld_budget"} <= set(union.columns) and union.predicted_speedup.max() >= fit.predicted_speedup.max()
+    assert env["fitted_trees"]["union+clover2"]["predicted_speedup"] == pytest.approx(union.predicted_speedup.max())
+    weights = env["drafts"]["clover2"]  # the precision chosen by the predicted speed of each one's best tree
+    assert set(weights["predicted_speedup_by_weights"]) == {"float", "int8"}
+    assert weights["weights"] == max(weights["predicted_speedup_by_weights"], key=weights["predicted_speedup_by_weights"].get)
+    assert sum(env["calibration_tasks"].values()) == 2 and set(env["calibration"]["clover2"]) == {"model", "suffix", "pld"}
+    assert env["kernels"]["mode"] == "auto" and len(env["kernels"]["kernels"]) == len(env["kernels"]["buckets"])
     curve = pd.read_csv(tmp_path / "out" / "cost_curve.csv")
     assert set(curve.engine) == {"eager", "graphs"}  # one curve per engine in the run
     assert env["engines"] == {"eager": {"cuda_graphs": False}, "graphs": {"cuda_graphs": False}}  # a CPU: uncaptured
@@ -201,20 +211,21 @@ def test_a_fit_that_finds_no_tree_decodes_plainly(tmp_path, monkeypatch):
     hybrid falls back to prompt lookup alone, both still reported under their own names."""
     import clover2.measure.bench as bench
 
-    def no_tree(*args):
-        return None, fit_tree(*args)[1]
-    monkeypatch.setattr(bench, "fit_tree", no_tree)
+    def no_tree(*args, **kwargs):
+        return None, fit(*args, **kwargs)[1]
+    monkeypatch.setattr(bench, "fit", no_tree)
     t = tiny_target("llama")
     cfg = DraftConfig.for_arch("clover2", num_heads=3)
     save_draft(tmp_path / "drafts" / "clover2", build_draft(cfg, t), t, cfg, extra={})
     config = BenchConfig(tasks=(str(_spec_bench_file(tmp_path / "question.jsonl")),), n_per_task=1, max_new_tokens=10,
-                         methods=("ar", "pld", "clover2@fitted", "pld+clover2@fitted"),
+                         methods=("ar", "pld", "clover2@fitted", "pld+clover2@fitted", "union+clover2@fitted"),
                          fit=FitConfig(max_depth=2, top_k=3, prompts=1, max_new_tokens=6))
     table = run_bench(t, config, tmp_path / "drafts", tmp_path / "out").set_index(["method", "task"])
     env = json.loads((tmp_path / "out" / "env.json").read_text())
     assert env["fitted_trees"]["clover2"]["budget"] == 0
     assert table.loc[("clover2@fitted", "overall"), "tau"] == 1
     assert table.loc[("pld+clover2@fitted", "overall"), "tau"] == table.loc[("pld", "overall"), "tau"]
+    assert table.loc[("union+clover2@fitted", "overall"), "tau"] == 1
     assert (table.identical_frac == 1).all()
 
 

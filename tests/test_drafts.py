@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from conftest import VOCAB, hf_greedy
@@ -13,6 +15,8 @@ from clover2.drafts import ARCHITECTURES, build_draft
 from clover2.drafts.config import DraftConfig
 from clover2.drafts.drafter import DynamicTree, ModelDrafter
 from clover2.errors import Clover2Error
+from clover2.measure.fit import Fitted
+from clover2.measure.methods import MethodSpec, drafter_factory, fitted_factory
 from clover2.training.losses import Batch, draft_loss, hard_ce, soft_ce
 
 MAX_NEW = 24
@@ -182,6 +186,26 @@ def test_greedy_output_is_unchanged_by_any_draft(tiny, arch, tree):
             gen = generate(tiny, ModelDrafter(model, spec), prompt, DecodeConfig(max_new_tokens=MAX_NEW))
         assert gen.output_ids == hf_greedy(tiny, prompt, MAX_NEW), (arch, tree, prompt)
         assert max(s.draft_nodes for s in gen.steps) > 0
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_greedy_output_is_unchanged_by_the_union_of_copying_and_any_draft(tiny, arch):
+    """The suffix cache, prompt lookup and the draft in one tree, whole or cut to fitted budgets."""
+    torch.manual_seed(0)
+    model = build_draft(DraftConfig.for_arch(arch, num_heads=5), tiny).eval()
+    spec = MethodSpec.parse(f"union+{arch}@dynamic:12:4:4")
+    makers = [drafter_factory(spec, tiny, draft=model),
+              fitted_factory(replace(spec, tree="fitted"), model, Fitted(DynamicTree(3, 2, 4), (("suffix", 2), ("pld", 1)))),
+              fitted_factory(replace(spec, tree="fitted"), model, Fitted(None, (("pld", 4),)))]
+    merged = 0
+    for make in makers:
+        for prompt in [p * 3 for p in PROMPTS[:3]] + PROMPTS[3:5]:  # repeated prompts: something to copy
+            union = make()
+            with torch.no_grad():
+                gen = generate(tiny, union, prompt, DecodeConfig(max_new_tokens=MAX_NEW))
+            assert gen.output_ids == hf_greedy(tiny, prompt, MAX_NEW), (arch, prompt)
+            merged += sum(1 for s in gen.steps if s.draft_nodes > 0) * (len(union.sources) > 1)
+    assert merged > 0
 
 
 def _propose(target, drafter):

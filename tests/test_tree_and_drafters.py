@@ -5,11 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from clover2.decoding.drafter import Drafter, Hybrid
+from clover2.decoding.drafter import Drafter
 from clover2.decoding.prompt_lookup import PromptLookupConfig, PromptLookupDrafter
 from clover2.decoding.suffix import SuffixCache, SuffixConfig
 from clover2.decoding.token_recycling import TokenRecycling
 from clover2.decoding.tree import EAGLE_25, MEDUSA_63, NO_DRAFT, Draft, Tree, preset
+from clover2.decoding.union import Union, preference
 from clover2.errors import Clover2Error
 
 
@@ -98,14 +99,48 @@ def test_token_recycling_reads_the_matrix_along_its_tree_and_learns_from_verific
         TokenRecycling(10, Tree(parents=(-1, 0)))
 
 
-def test_hybrid_takes_prompt_lookup_where_it_matches_and_the_other_drafter_elsewhere():
-    class Fixed(Drafter):
-        def propose(self, ids):
-            return Draft(Tree(parents=(-1, 0)), torch.tensor([42]))
+class _Fixed(Drafter):
+    """Proposes one fixed draft every step."""
 
-    hybrid = Hybrid(PromptLookupDrafter(), Fixed())
+    def __init__(self, draft: Draft):
+        self.draft = draft
+
+    def propose(self, ids):
+        return self.draft
+
+
+def test_one_source_union_takes_prompt_lookup_where_it_matches_and_the_other_drafter_elsewhere():
+    hybrid = Union({"pld": PromptLookupDrafter(), "model": _Fixed(Draft(Tree(parents=(-1, 0)), torch.tensor([42])))},
+                   one_source=True)
     assert hybrid.propose([1, 2, 3, 1, 2]).tokens.tolist()[0] == 3
     assert hybrid.propose([1, 2, 3, 4]).tokens.tolist() == [42]
+
+
+def _node_paths(draft: Draft) -> list[tuple[int, ...]]:
+    """Each node's token path from the root, in node order."""
+    tree, toks = draft.tree, draft.tokens.tolist()
+    return [tuple(toks[j - 1] for j in tree.ancestors[i].nonzero().flatten().tolist() if j) for i in range(1, tree.size)]
+
+
+def _paths(draft: Draft) -> set[tuple[int, ...]]:
+    return set(_node_paths(draft))
+
+
+def test_union_merges_shared_prefixes_and_keeps_each_sources_best_nodes():
+    # model: 5 -> (6 -> 7), 8; scores rank 5 > 6 > 8 > 7. copy: 5 -> 6 -> 9, and 4
+    model = Draft(Tree(parents=(-1, 0, 0, 1)), torch.tensor([5, 8, 6]), scores=torch.tensor([-0.1, -2.0, -0.5]))
+    copy = Draft(Tree(parents=(-1, 0, 1, 2, 0)), torch.tensor([5, 6, 9, 4]))
+    assert preference(model) == [1, 3, 2] and preference(copy) == [1, 2, 3, 4]
+    union = Union({"model": _Fixed(model), "copy": _Fixed(copy)}, calibrating=True)
+    draft = union.propose([1])
+    assert _paths(draft) == {(5,), (8,), (5, 6), (5, 6, 9), (4,)}  # 5 and 5-6 shared: 5 nodes, not 7
+    assert draft.tree.size == 6
+    by_path = dict(zip(_node_paths(draft), union.last_ranks))
+    assert by_path[(5,)] == {"model": 0, "copy": 0} and by_path[(5, 6)] == {"model": 1, "copy": 1}
+    assert by_path[(8,)] == {"model": 2} and by_path[(4,)] == {"copy": 3}
+    small = Union({"model": _Fixed(model), "copy": _Fixed(copy)}, {"model": 1, "copy": 2}).propose([1])
+    assert _paths(small) == {(5,), (5, 6)}  # each source's best nodes: a subtree of each, merged
+    assert Union({"model": _Fixed(NO_DRAFT), "copy": _Fixed(NO_DRAFT)}).propose([1]).tree.size == 1
 
 
 @pytest.mark.parametrize("bad", [dict(min_ngram=0), dict(min_ngram=4, max_ngram=3), dict(max_nodes=0)])

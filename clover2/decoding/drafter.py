@@ -6,7 +6,7 @@ that reads the target's hidden states sets `needs_hidden`; it then receives the 
 state before the final norm for every position whose KV entry was committed. Implementations:
 `NoDrafter` (plain decoding), the training-free `clover2.decoding.prompt_lookup`,
 `clover2.decoding.suffix` and `clover2.decoding.token_recycling`, `clover2.drafts.ModelDrafter`
-(the trained draft models) and `Hybrid` (prompt lookup where it matches, a model elsewhere).
+(the trained draft models) and `clover2.decoding.union` (several drafters in one tree).
 """
 
 from __future__ import annotations
@@ -62,28 +62,3 @@ class Recording(Drafter):
 
     def verified(self, root, draft, logits):
         self.inner.verified(root, draft, logits)
-
-
-class Hybrid(Drafter):
-    """`first`'s draft where it proposes one, `second`'s otherwise (prompt lookup where the context
-    repeats itself, a draft model elsewhere); both see every committed token."""
-
-    def __init__(self, first: Drafter, second: Drafter):
-        self.first, self.second = first, second
-        self.needs_hidden = first.needs_hidden or second.needs_hidden
-
-    def begin(self, prompt_ids, hidden):
-        for d in (self.first, self.second):
-            d.begin(prompt_ids, hidden if d.needs_hidden else None)
-
-    def propose(self, ids) -> Draft:
-        draft = self.first.propose(ids)
-        return draft if draft.tree.size > 1 else self.second.propose(ids)
-
-    def verified(self, root, draft, logits):
-        for d in (self.first, self.second):
-            d.verified(root, draft, logits)
-
-    def observe(self, new_ids, hidden):
-        for d in (self.first, self.second):
-            d.observe(new_ids, hidden if d.needs_hidden else None)

@@ -170,9 +170,13 @@ class TreeBuilder:
             node = self.parent[node]
         return out[::-1]
 
+    def order(self, keep: list[int] | None = None) -> list[int]:
+        """Nodes `keep` (default: all but the root) in the order `build` numbers them: by depth, then insertion."""
+        return sorted(range(1, len(self)) if keep is None else keep, key=lambda i: (self.depth[i], i))
+
     def build(self, keep: list[int] | None = None) -> Draft:
         """The draft of nodes `keep` (default: all); every kept node's parent must be kept too."""
-        keep = sorted(range(1, len(self)) if keep is None else keep, key=lambda i: (self.depth[i], i))
+        keep = self.order(keep)
         index = {0: 0} | {old: k + 1 for k, old in enumerate(keep)}
         missing = [i for i in keep if self.parent[i] not in index]
         if missing:

@@ -7,11 +7,13 @@ by their median with a bootstrap interval. Every result carries the environment 
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import resource
 import time
 import warnings
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -23,6 +25,7 @@ import transformers
 from tqdm.auto import tqdm
 
 from clover2.decoding.decode import DecodeConfig, clock, generate
+from clover2.decoding.drafter import Drafter
 from clover2.decoding.prompts import first_turn_ids
 from clover2.decoding.sampling import SamplingConfig
 from clover2.decoding.target import Target
@@ -33,9 +36,9 @@ from clover2.drafts.drafter import DynamicTree
 from clover2.errors import Clover2Error
 from clover2.files import write_csv, write_json
 from clover2.measure.bandwidth import bandwidth_floor
-from clover2.measure.fit import FitConfig, calibrate, cost_curve, fit_tree
+from clover2.measure.fit import FitConfig, calibrate, calibration_records, cost_curve, fit, source_acceptance
 from clover2.measure.load import CONTENDED_SHARE, mark, other_share
-from clover2.measure.methods import HF_METHODS, HYBRIDS, MethodSpec, drafter_factory, load_draft_for
+from clover2.measure.methods import HF_METHODS, UNIONS, MethodSpec, drafter_factory, fitted_factory, load_draft_for
 from clover2.measure.provenance import environment
 from clover2.measure.tasks import SPEC_BENCH_TASKS, load_task
 
@@ -65,15 +68,16 @@ class Method:
 
 
 def make_method(spec: MethodSpec | str, target: Target, config: DecodeConfig, *, draft: DraftModel | None = None,
-                tree: Tree | DynamicTree | None = None) -> Method:
-    """clover2's loop with a drafter (`ar`, `pld`, a draft architecture), or Hugging Face `generate`
-    (`hf`, `hf-pld`), at the temperature of `config`."""
+                tree: Tree | DynamicTree | None = None, make: Callable[[], Drafter] | None = None) -> Method:
+    """clover2's loop with a drafter (`ar`, `pld`, a draft architecture; `make` gives it where the
+    caller chose it, as for fitted trees), or Hugging Face `generate` (`hf`, `hf-pld`), at the
+    temperature of `config`."""
     spec = MethodSpec.parse(spec) if isinstance(spec, str) else spec
     spec = replace(spec, temperature=config.sampling.temperature)
     config = replace(config, engine=spec.engine)
     sp = config.sampling
     if spec.name not in HF_METHODS:
-        make = drafter_factory(spec, target, draft=draft, tree=tree, sampling=sp)
+        make = make or drafter_factory(spec, target, draft=draft, tree=tree, sampling=sp)
 
         def run(prompt: list[int]) -> Run:
             g = generate(target, make(), prompt, config)
@@ -185,10 +189,12 @@ class BenchConfig:
     repeats: int = 1
     seed: int = 0  # task samples and sampling
     threads: int = 0  # torch CPU threads for the run (0: every CPU this process may use)
-    # The drafts' linear weights while decoding: auto (int8 on a CPU, as trained elsewhere), float or
-    # int8 (clover2.drafts.checkpoint.load_draft). The target verifies every token either way.
+    # The drafts' linear weights while decoding: float or int8 (clover2.drafts.checkpoint.load_draft),
+    # or auto: on a CPU, the one whose fitted tree predicts more tokens per second here (int8 halves
+    # the draft's step but changes its top-1 on some steps), float elsewhere. The target verifies
+    # every token either way.
     draft_weights: str = "auto"
-    fit: FitConfig = FitConfig()  # calibration of `fitted` trees
+    fit: FitConfig = FitConfig()  # calibration of `fitted` trees and of the drafts' precision
 
     def __post_init__(self):
         if not self.tasks or not self.methods:
@@ -202,9 +208,16 @@ class BenchConfig:
             raise Clover2Error(f"bench config: draft_weights must be one of {', '.join(DRAFT_WEIGHTS)}")
 
 
+def draft_precisions(weights: str, target: Target) -> tuple[str, ...]:
+    """The draft precisions a run chooses between: both on a CPU under `auto`, else the one given."""
+    if weights == "auto":
+        return ("float", "int8") if target.device.type == "cpu" else ("float",)
+    return (weights,)
+
+
 def run_bench(target: Target, config: BenchConfig, drafts: Mapping[str, Path] | Path | None, out: Path) -> pd.DataFrame:
-    """Measure every method on every task side by side; write runs.csv, bench.csv, env.json (and,
-    for fitted trees, cost_curve.csv and fit_<arch>.csv) into `out`. Draft methods without a path
+    """Measure every method on every task side by side; write runs.csv, bench.csv, env.json,
+    cost_curve.csv (and, for fitted trees, fit_<arch>.csv or fit_union+<arch>.csv) into `out`. Draft methods without a path
     take `drafts[name]` (a mapping) or `drafts/<name>` (a folder). Returns the bench table."""
     torch.set_num_threads(config.threads or len(os.sched_getaffinity(0)))
     start = mark()
@@ -212,17 +225,20 @@ def run_bench(target: Target, config: BenchConfig, drafts: Mapping[str, Path] | 
         (lambda name: drafts / name if drafts else None)
     specs = [MethodSpec.parse(s) for s in config.methods]
     specs = [replace(s, draft=folder(s.arch)) if s.is_draft and s.draft is None else s for s in specs]
-    models = {s.draft: load_draft_for(s, target, weights=config.draft_weights)  # each loaded once, before any work
-              for s in specs if s.is_draft}
-    records, calibration = [], []
+    records, pools = [], []
     for task in config.tasks:
-        every = load_task(task)
-        chosen = load_task(task, config.n_per_task, config.seed)
-        records += chosen
-        calibration += [r for r in every if r not in chosen]
+        pools.append(load_task(task))
+        records += load_task(task, config.n_per_task, config.seed)
+    calib_records = calibration_records(pools, records, config.fit.prompts, config.seed)
+    calib = [first_turn_ids(target, r) for r in calib_records]
+    # Each draft loaded once, before any work, at every precision a choice is made between
+    paths = list(dict.fromkeys(s.draft for s in specs if s.is_draft))
+    precisions = draft_precisions(config.draft_weights, target)
+    spec_of = {s.draft: s for s in specs if s.is_draft}
+    models = {(p, w): load_draft_for(spec_of[p], target, weights=w) for p in paths for w in precisions}
     env = environment(target) | {"bench": asdict(config), "drafts": {  # by content, not by (machine) path
         s.arch: {"folder": s.draft.name, "weights_sha256": json.loads((s.draft / SIDECAR).read_text())["weights_sha256"]}
-        for s in specs if s.is_draft}}
+        for s in specs if s.is_draft}, "calibration_tasks": dict(Counter(r.category for r in calib_records))}
     # The verification cost curve of every engine in the run (what fitted trees are fitted to) and
     # the step time that memory bandwidth allows.
     engines = list(dict.fromkeys(s.engine for s in specs if s.name not in HF_METHODS)) or ["eager"]
@@ -230,30 +246,43 @@ def run_bench(target: Target, config: BenchConfig, drafts: Mapping[str, Path] | 
     write_csv(out / "cost_curve.csv", pd.concat([c.assign(engine=e) for e, c in curves.items()], ignore_index=True))
     env["bandwidth"] = bandwidth_floor(target)
     env["engines"] = {e: {"cuda_graphs": e == "graphs" and target.device.type == "cuda"} for e in engines}
-    trees: dict[tuple[Path, str], DynamicTree | None] = {}  # fitted tree per draft folder and engine; None: draft nothing
-    fitted = {(s.draft, s.engine): s.arch for s in specs if s.tree == "fitted"}
-    if fitted:
-        rng = np.random.default_rng(config.seed)
-        picks = rng.choice(len(calibration), size=min(config.fit.prompts, len(calibration)), replace=False)
-        calib = [first_turn_ids(target, calibration[i]) for i in picks]
-        for (path, engine), arch in fitted.items():
-            name = arch if engine == "eager" else f"{arch}!{engine}"
-            trees[path, engine], table = fit_tree(calibrate(target, models[path], calib, config.fit, engine=engine),
-                                                  curves[engine], config.fit)
-            write_csv(out / f"fit_{name}.csv", table)
-            chosen = asdict(trees[path, engine]) if trees[path, engine] else {"budget": 0, "depth": 0}  # 0: plain decoding
-            env.setdefault("fitted_trees", {})[name] = chosen | {"predicted_speedup": float(table.predicted_speedup.max())}
+    # One calibration per draft, engine and precision: it fits the trees and chooses the precision
+    # (the one whose best tree predicts more tokens per second here)
+    calibrations, precision = {}, {}
+    for path in paths:
+        arch = spec_of[path].arch
+        needed = [s.engine for s in specs if s.draft == path and s.tree == "fitted"] or (["eager"] if len(precisions) > 1 else [])
+        for engine, w in itertools.product(dict.fromkeys(needed), precisions):
+            calibrations[path, engine, w] = calibrate(target, models[path, w], calib, config.fit, engine=engine)
+        precision[path] = precisions[0]
+        if len(precisions) > 1:
+            predicted = {w: float(fit(calibrations[path, needed[0], w], curves[needed[0]], config.fit)[1].predicted_speedup.max())
+                         for w in precisions}
+            precision[path] = max(predicted, key=predicted.get)
+            env["drafts"][arch] |= {"weights": precision[path], "predicted_speedup_by_weights": predicted}
+        env["drafts"][arch].setdefault("weights", precision[path])
+        if needed:
+            env.setdefault("calibration", {})[arch] = source_acceptance(calibrations[path, needed[0], precision[path]])
+    fitted = {}  # (method name, draft folder, engine) -> what the fit chose (None: plain decoding)
+    for s in specs:
+        if s.tree != "fitted" or (key := (s.name if s.name in UNIONS else s.arch, s.draft, s.engine)) in fitted:
+            continue
+        fitted[key], table = fit(calibrations[s.draft, s.engine, precision[s.draft]], curves[s.engine], config.fit,
+                                 copy=s.name in UNIONS)
+        name = key[0] if s.engine == "eager" else f"{key[0]}!{s.engine}"
+        write_csv(out / f"fit_{name}.csv", table)
+        env.setdefault("fitted_trees", {})[name] = fitted[key].record() if fitted[key] else \
+            {"budget": 0, "depth": 0, "predicted_speedup": float(table.predicted_speedup.max())}  # 0: plain decoding
     methods = []
     for s in specs:
         sampling = SamplingConfig(temperature=s.temperature, top_p=config.top_p if s.temperature else 1.0,
                                   top_k=config.top_k if s.temperature else 0, seed=config.seed)
         decode = DecodeConfig(max_new_tokens=config.max_new_tokens, sampling=sampling)
-        if s.tree == "fitted" and trees[s.draft, s.engine] is None:  # no tree pays here: decode as the method would without one
-            plain = replace(s, name="pld" if s.name in HYBRIDS else "ar", tree="", draft=None)
-            methods.append(replace(make_method(plain, target, decode), spec=s))
-            continue
-        methods.append(make_method(s, target, decode, draft=models.get(s.draft),
-                                   tree=trees[s.draft, s.engine] if s.tree == "fitted" else None))
+        model = models.get((s.draft, precision.get(s.draft)))
+        make = None
+        if s.tree == "fitted":
+            make = fitted_factory(s, model, fitted[s.name if s.name in UNIONS else s.arch, s.draft, s.engine], sampling)
+        methods.append(make_method(s, target, decode, draft=model, make=make))
     runs = interleaved(methods, {r.id: first_turn_ids(target, r) for r in records}, repeats=config.repeats,
                        categories={r.id: r.category for r in records})
     table = summarize(runs, seed=config.seed)

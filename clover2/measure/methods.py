@@ -4,10 +4,11 @@ into a `MethodSpec`, and the drafter each one decodes with.
 Names: `ar` (plain decoding), `pld` (prompt lookup), `suffix` (a suffix cache over everything seen),
 `tr` (Token Recycling, which takes a static tree), `hf` and `hf-pld` (Hugging Face `generate`, plain
 and with its prompt lookup; benchmark only), every draft architecture in
-`clover2.drafts.ARCHITECTURES`, and `pld+ARCH` (prompt lookup where it matches, the draft
-elsewhere). Draft methods take a tree: a static preset (`eagle25`, `medusa63`, `chainK`), EAGLE-2's
-dynamic tree `dynamic:BUDGET:DEPTH:TOPK`, or `fitted` (the dynamic tree fitted to the machine by
-`clover2.measure.fit`, benchmark only). `!ENGINE` runs the target (and the draft, where it can) on
+`clover2.drafts.ARCHITECTURES`, `pld+ARCH` (prompt lookup where it matches, the draft
+elsewhere: one source per step) and `union+ARCH` (the suffix cache, prompt lookup and the draft in
+one tree, `clover2.decoding.union`; one source per step at temperature > 0). Draft methods take a tree: a static preset (`eagle25`, `medusa63`, `chainK`), EAGLE-2's
+dynamic tree `dynamic:BUDGET:DEPTH:TOPK`, or `fitted` (the dynamic tree, and for a union each copy
+source's budget, fitted to the machine by `clover2.measure.fit`, benchmark only). `!ENGINE` runs the target (and the draft, where it can) on
 another engine of `clover2.decoding.cache`: `!static` (a preallocated KV cache at bucketed shapes)
 or `!graphs` (the same, replayed as CUDA graphs on a GPU); without it, the eager reference.
 """
@@ -19,28 +20,31 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from clover2.decoding.cache import ENGINES
-from clover2.decoding.drafter import Drafter, Hybrid, NoDrafter
+from clover2.decoding.drafter import Drafter, NoDrafter
 from clover2.decoding.prompt_lookup import PromptLookupDrafter
 from clover2.decoding.sampling import SamplingConfig
 from clover2.decoding.suffix import SuffixCache
 from clover2.decoding.target import Target
 from clover2.decoding.token_recycling import TokenRecycling
 from clover2.decoding.tree import Tree, preset
+from clover2.decoding.union import Union
 from clover2.drafts import ARCHITECTURES
 from clover2.drafts.base import DraftModel
 from clover2.drafts.checkpoint import load_draft
 from clover2.drafts.drafter import DynamicTree, ModelDrafter
 from clover2.errors import Clover2Error
+from clover2.measure.fit import Fitted, copy_drafters
 
 BASELINES: dict[str, type[Drafter]] = {"ar": NoDrafter, "pld": PromptLookupDrafter}  # drafters without a model
 HF_METHODS = ("hf", "hf-pld")  # Hugging Face generate, for reference
-HYBRIDS = tuple(f"pld+{arch}" for arch in ARCHITECTURES)
-TREE_METHODS = (*ARCHITECTURES, *HYBRIDS, "tr")  # the names that take a tree
+HYBRIDS = tuple(f"pld+{arch}" for arch in ARCHITECTURES)  # prompt lookup, else the draft
+UNIONS = tuple(f"union+{arch}" for arch in ARCHITECTURES)  # copying and the draft in one tree
+TREE_METHODS = (*ARCHITECTURES, *HYBRIDS, *UNIONS, "tr")  # the names that take a tree
 DEFAULT_TREE = "eagle25"
 
 
 def method_names() -> tuple[str, ...]:
-    return (*BASELINES, "suffix", "tr", *HF_METHODS, *ARCHITECTURES, *HYBRIDS)
+    return (*BASELINES, "suffix", "tr", *HF_METHODS, *ARCHITECTURES, *HYBRIDS, *UNIONS)
 
 
 @dataclass(frozen=True)
@@ -65,7 +69,8 @@ class MethodSpec:
         if bang and name in HF_METHODS:
             raise Clover2Error(f"{spec!r}: Hugging Face generate runs its own engine; '!{engine}' is for clover2's loop")
         if tree and name not in TREE_METHODS:
-            raise Clover2Error(f"{spec!r}: only draft methods ({', '.join(ARCHITECTURES)}, pld+ARCH) and tr take a tree")
+            raise Clover2Error(f"{spec!r}: only draft methods ({', '.join(ARCHITECTURES)}, pld+ARCH, union+ARCH) "
+                               "and tr take a tree")
         if name == "tr" and tree and (tree == "fitted" or tree.startswith("dynamic")):
             raise Clover2Error(f"{spec!r}: Token Recycling reads a static tree (a preset such as eagle25 or chainK)")
         try:
@@ -87,8 +92,8 @@ class MethodSpec:
 
     @property
     def arch(self) -> str:
-        """The draft architecture a draft method (or hybrid) decodes with; "" for the others."""
-        arch = self.name.removeprefix("pld+")
+        """The draft architecture a draft method (or hybrid, or union) decodes with; "" for the others."""
+        arch = self.name.rpartition("+")[2]
         return arch if arch in ARCHITECTURES else ""
 
     @property
@@ -121,7 +126,7 @@ def drafter_factory(spec: MethodSpec, target: Target, *, draft: DraftModel | Non
                     tree: Tree | DynamicTree | None = None,
                     sampling: SamplingConfig = SamplingConfig()) -> Callable[[], Drafter]:
     """A function making a fresh drafter per generation. Draft methods use `draft` (else the one in
-    `spec.draft`) with `tree` (else the spec's tree, which must not be `fitted`)."""
+    `spec.draft`) with `tree` (else the spec's tree, which must not be `fitted`: see `fitted_factory`)."""
     if spec.name in BASELINES:
         return BASELINES[spec.name]
     if spec.name == "suffix":
@@ -133,8 +138,33 @@ def drafter_factory(spec: MethodSpec, target: Target, *, draft: DraftModel | Non
     if tree is None and spec.tree == "fitted":
         raise Clover2Error("a fitted tree is chosen by the benchmark (clover2 bench), not given by name")
     model = draft if draft is not None else load_draft_for(spec, target)
-    shape = tree if tree is not None else parse_tree(spec.tree)
-    graphs = spec.engine == "graphs"
-    if spec.name in HYBRIDS:
-        return lambda: Hybrid(PromptLookupDrafter(), ModelDrafter(model, shape, sampling, graphs=graphs))
-    return lambda: ModelDrafter(model, shape, sampling, graphs=graphs)
+    return _combined(spec, model, tree if tree is not None else parse_tree(spec.tree), {}, sampling)
+
+
+def fitted_factory(spec: MethodSpec, model: DraftModel, fitted: Fitted | None,
+                   sampling: SamplingConfig = SamplingConfig()) -> Callable[[], Drafter]:
+    """The drafters of a `@fitted` method: the draft's fitted tree (and, for a union, the copy
+    sources' fitted budgets); where nothing was predicted to pay, plain decoding (prompt lookup
+    alone for `pld+ARCH`)."""
+    if fitted is None:
+        return PromptLookupDrafter if spec.name in HYBRIDS else NoDrafter
+    return _combined(spec, model, fitted.tree, dict(fitted.copy), sampling)
+
+
+def _combined(spec: MethodSpec, model: DraftModel, tree: Tree | DynamicTree | None, copy_budgets: dict[str, int],
+              sampling: SamplingConfig) -> Callable[[], Drafter]:
+    """The draft alone, prompt lookup then the draft, or the union of the copy drafters and the draft
+    (`tree` None: the draft proposes nothing; `copy_budgets` {}: every copy source with all its nodes)."""
+    graphs, suffix = spec.engine == "graphs", SuffixCache()  # as `suffix`, it remembers earlier generations
+
+    def sources() -> dict[str, Drafter]:
+        own = {} if tree is None else {"model": ModelDrafter(model, tree, sampling, graphs=graphs)}
+        if spec.name in HYBRIDS:
+            return {"pld": PromptLookupDrafter()} | own
+        if spec.name in UNIONS:
+            return {k: d for k, d in copy_drafters(suffix).items() if copy_budgets.get(k, 1)} | own
+        return own
+    if spec.name in ARCHITECTURES:
+        return (lambda: ModelDrafter(model, tree, sampling, graphs=graphs)) if tree is not None else NoDrafter
+    one_source = spec.name in HYBRIDS or not sampling.greedy  # a merged tree is exact for greedy decoding only
+    return lambda: Union(sources(), copy_budgets, one_source=one_source)
