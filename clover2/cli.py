@@ -128,7 +128,8 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--prefix", type=int, default=200, help="tokens already in the cache")
     s.add_argument("--repeats", type=int, default=7, help="timed rounds over all sizes (after one warm-up)")
     s.add_argument("--engine", default="eager", choices=ENGINES, help="the target's KV cache (clover2.decoding.cache)")
-    s.add_argument("--out", type=Path, required=True, help="folder for cost_curve.csv and cost_curve_env.json")
+    s.add_argument("--out", type=Path, required=True, help="folder for cost_curve.csv, kernels.csv (each kernel's "
+                   "time per row count, when --kernels auto measured them) and cost_curve_env.json")
     s.set_defaults(func=_cost_curve)
     return p
 
@@ -310,6 +311,8 @@ def _notebooks(args):
 
 
 def _cost_curve(args):
+    import pandas as pd
+
     from clover2.files import write_csv, write_json
     from clover2.measure.fit import cost_curve
     from clover2.measure.provenance import environment
@@ -317,6 +320,7 @@ def _cost_curve(args):
     target = _load(args)
     curve = cost_curve(target, prefix=args.prefix, repeats=args.repeats, engine=args.engine)
     write_csv(args.out / "cost_curve.csv", curve)
+    write_csv(args.out / "kernels.csv", pd.DataFrame(target.kernel_record()["timings"]))  # what the kernels were chosen from
     write_json(args.out / "cost_curve_env.json", environment(target) | {"prefix": args.prefix, "engine": args.engine})
     print(curve.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
 

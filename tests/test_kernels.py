@@ -63,7 +63,8 @@ def test_the_choice_follows_the_timings_and_the_dispatch_follows_the_choice():
     assert not (tmp := list((K.cache_root() / "kernels").glob("*.json"))), f"a faked timing was cached: {tmp}"
 
 
-def test_a_measured_choice_is_cached_and_a_corrupt_or_stale_one_is_measured_again():
+def test_a_measured_choice_is_cached_and_a_corrupt_or_stale_one_is_measured_again(monkeypatch):
+    monkeypatch.setattr(K, "other_share", lambda start: 0.0)  # an idle machine, whatever runs beside the tests
     first = tiny_target("qwen2")
     assert first.kernel_plan.source == "measured"
     (path,) = (K.cache_root() / "kernels").glob("*.json")
@@ -78,6 +79,13 @@ def test_a_measured_choice_is_cached_and_a_corrupt_or_stale_one_is_measured_agai
         assert json.loads(path.read_text())["key"] == stored["key"]  # rewritten whole
     other_shape = tiny_target("qwen2", vocab=128)  # another model shape: its own measurement
     assert other_shape.kernel_plan.source == "measured" and len(list(path.parent.glob("*.json"))) == 2
+
+
+def test_a_choice_measured_under_load_serves_its_run_but_is_not_cached(monkeypatch):
+    monkeypatch.setattr(K, "other_share", lambda start: 0.5)
+    with pytest.warns(UserWarning, match="not cached"):
+        target = tiny_target("llama")
+    assert target.kernel_plan.source == "measured" and not (K.cache_root() / "kernels").exists()
 
 
 def test_prepared_layers_still_backpropagate():

@@ -51,7 +51,7 @@ def test_speedup_findings_per_engine_and_against_the_bandwidth_floor():
     curve = pd.DataFrame({"n_tokens": [1, 4, 1, 4], "median_ms": [50.0, 70.0, 2.0, 2.1],
                           "relative": [1, 1.4, 1, 1.05], "engine": ["eager", "eager", "graphs", "graphs"]})
     text = report.speedup_findings(fast, env, curve)
-    assert "Fitted tree (clover2!graphs)**: 24 nodes, depth 5" in text and "measured 10.00x" in text
+    assert "Fitted tree (clover2!graphs)**: the draft's 24 nodes, depth 5" in text and "measured 10.00x" in text
     assert "N = 4: 1.40x" in text and "engine `graphs` (one forward of N tokens over one of 1, 2.00 ms): N = 4: 1.05x" in text
     assert "(`ar`): 58.82 ms per token, 871x the floor of 0.068 ms" in text
     assert "(`ar!graphs`): 5.88 ms per token, 87x" in text

@@ -18,7 +18,8 @@ candidate on the loaded model itself, per row bucket (1, 2, 4 ... 64; a call of 
 plan of the largest bucket <= r), interleaved round by round, and keeps the fastest
 (`KernelPlan`). The plan is cached under `$CLOVER2_CACHE/kernels/`, keyed by the machine, the
 torch version, the model's shapes (all a timing depends on) and the dtype; a missing, stale or
-corrupt entry is measured again, never trusted. `stock`, `packed` or `mkl` force one kernel.
+corrupt entry is measured again, never trusted, and a measurement taken while other processes
+loaded the machine is used for that run only, never cached. `stock`, `packed` or `mkl` force one kernel.
 
 `install(model, plan)` gives every `nn.Linear` the prepared weights its plan needs and a forward
 that dispatches on the row count. No modeling file is touched and the original parameters stay
@@ -42,6 +43,7 @@ import torch.nn.functional as F
 
 from clover2.errors import Clover2Error
 from clover2.files import stable_hash, write_json
+from clover2.measure.load import CONTENDED_SHARE, mark, other_share
 from clover2.paths import cache_root
 
 CANDIDATES = ("stock", "packed", "mkl")
@@ -221,12 +223,16 @@ def tuned(model: torch.nn.Module, mode: str, run: Callable[[int], None], key: di
     if stored is not None:
         model.kernel_timings = stored["timings"]
         return install(model, KernelPlan(tuple(stored["plan"]["kernels"]), BUCKETS, "cached")).plan
-    dispatch = install(model, KernelPlan.uniform("stock"), candidates)
+    dispatch, start = install(model, KernelPlan.uniform("stock"), candidates), mark()
     with torch.inference_mode():
         model.kernel_timings = measure(run, dispatch, candidates, timer=timer)
-    plan = choose(model.kernel_timings)
-    if timer is None:
-        write_json(path, {"format": PLAN_FORMAT, "key": full_key, "plan": asdict(plan), "timings": model.kernel_timings})
+    plan, load = choose(model.kernel_timings), other_share(start)
+    if timer is None and load > CONTENDED_SHARE:
+        warnings.warn(f"other processes used {load:.0%} of the machine while the kernels were timed: the choice "
+                      f"({plan.describe()}) serves this run but is not cached; it is measured again next time", stacklevel=3)
+    elif timer is None:
+        write_json(path, {"format": PLAN_FORMAT, "key": full_key, "plan": asdict(plan), "timings": model.kernel_timings,
+                          "other_load": load})
     keep_only(model, plan)
     return plan
 

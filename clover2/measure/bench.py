@@ -244,6 +244,11 @@ def run_bench(target: Target, config: BenchConfig, drafts: Mapping[str, Path] | 
     engines = list(dict.fromkeys(s.engine for s in specs if s.name not in HF_METHODS)) or ["eager"]
     curves = {e: cost_curve(target, prefix=min(200, target.context_length - 65), engine=e) for e in engines}
     write_csv(out / "cost_curve.csv", pd.concat([c.assign(engine=e) for e, c in curves.items()], ignore_index=True))
+    kernels = [pd.DataFrame(target.kernel_record()["timings"]).assign(model="target")] + [
+        pd.DataFrame(getattr(m, "kernel_timings", [])).assign(model=f"{spec_of[p].arch} ({w})") for (p, w), m in models.items()]
+    write_csv(out / "kernels.csv", pd.concat(kernels, ignore_index=True))  # what each model's kernels were chosen from
+    env["draft_kernels"] = {f"{spec_of[p].arch} ({w})": m.kernel_dispatch.plan.describe()
+                            for (p, w), m in models.items() if hasattr(m, "kernel_dispatch")}
     env["bandwidth"] = bandwidth_floor(target)
     env["engines"] = {e: {"cuda_graphs": e == "graphs" and target.device.type == "cuda"} for e in engines}
     # One calibration per draft, engine and precision: it fits the trees and chooses the precision

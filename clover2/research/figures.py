@@ -87,14 +87,19 @@ def cost_curve_plot(curve: pd.DataFrame, *, title: str = ""):
 def fit_heatmap(fit: pd.DataFrame, *, title: str = ""):
     """Predicted speedup of the dynamic tree per node budget and depth (from the fitted model),
     coloured around 1 (red: slower than plain decoding, blue: faster); the chosen cell is outlined.
-    Empty cells are budgets a tree of that depth cannot reach with its top-k."""
+    Empty cells are budgets a tree of that depth cannot reach with its top-k. For a union's fit
+    (columns `<source>_budget`), the draft's trees beside the copy budgets of the best cell."""
     from matplotlib.patches import Rectangle
 
+    best = fit.loc[fit.predicted_speedup.idxmax()]
+    for column in [c for c in fit.columns if c.endswith("_budget")]:
+        fit = fit[fit[column] == best[column]]
+        title += f", {column.removesuffix('_budget')} {int(best[column])} nodes"
+    fit = fit[fit.budget > 0]
     pivot = fit.pivot_table(index="depth", columns="budget", values="predicted_speedup")
     fig, ax = plt.subplots(figsize=(10, 3))
     sns.heatmap(pivot, cmap="RdBu", center=1.0, ax=ax, cbar_kws={"label": "predicted speedup (x)"})
-    best = fit.loc[fit.predicted_speedup.idxmax()]
-    if best.predicted_speedup > 1:  # else no tree is chosen: plain decoding
+    if best.predicted_speedup > 1 and best.budget > 0:  # else no draft tree is chosen
         col, row = list(pivot.columns).index(best.budget), list(pivot.index).index(best.depth)
         ax.add_patch(Rectangle((col, row), 1, 1, fill=False, ec="black", lw=2))
     ax.set_xlabel("node budget (draft tokens per step)")

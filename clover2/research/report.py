@@ -84,9 +84,11 @@ def speedup_findings(table: pd.DataFrame, env: dict, curve: pd.DataFrame | None 
             lines.append(f"- **Fitted tree ({name})**: none. No tree is predicted to beat plain decoding here (best "
                          f"{fitted['predicted_speedup']:.2f}x), so `{method}` drafts nothing: measured {measured}.")
         else:
-            nodes = f"{fitted['budget']} node" + ("s" if fitted["budget"] > 1 else "")
-            lines.append(f"- **Fitted tree ({name})**: {nodes}, depth {fitted['depth']}; predicted "
-                         f"{fitted['predicted_speedup']:.2f}x, measured {measured}.")
+            copies = [f"{k.removesuffix('_budget')} {v}" for k, v in fitted.items() if k.endswith("_budget") and v]
+            nodes = (f"the draft's {fitted['budget']} node" + ("s" if fitted["budget"] > 1 else "") +
+                     f", depth {fitted['depth']}" if fitted["budget"] else "no draft nodes")
+            lines.append(f"- **Fitted tree ({name})**: {nodes}" + (f", and {', '.join(copies)} copied" if copies else "")
+                         + f"; predicted {fitted['predicted_speedup']:.2f}x, measured {measured}.")
     curve = None if curve is None else curve.assign(engine=curve.get("engine", "eager"))
     for engine, c in ([] if curve is None else curve.groupby("engine", sort=False)):
         cost = dict(zip(c.n_tokens, c.relative))
