@@ -215,7 +215,9 @@ def tuned(model: torch.nn.Module, mode: str, run: Callable[[int], None], key: di
     candidates = available(dtype, device)
     model.kernel_timings = []
     if mode != "auto" or candidates == ("stock",):  # forced, or nothing to choose from
-        return install(model, KernelPlan.uniform(mode if mode != "auto" else "stock")).plan
+        if mode in ("auto", "stock"):
+            return KernelPlan.uniform("stock")  # PyTorch's own kernels (a GPU's): nothing is installed
+        return install(model, KernelPlan.uniform(mode)).plan
     full_key = json.loads(json.dumps(key | {"machine": machine_key(), "torch": torch.__version__, "dtype": str(dtype),
                                             "candidates": list(candidates), "buckets": list(BUCKETS)}))
     path = cache_root() / "kernels" / f"{stable_hash(full_key)}.json"
