@@ -197,6 +197,8 @@ def test_greedy_output_is_unchanged_by_the_union_of_copying_and_any_draft(tiny, 
     makers = [drafter_factory(spec, tiny, draft=model),
               fitted_factory(replace(spec, tree="fitted"), model, Fitted(DynamicTree(3, 2, 4), (("suffix", 2), ("pld", 1)))),
               fitted_factory(replace(spec, tree="fitted"), model, Fitted(None, (("pld", 4),)))]
+    assert [set(make().sources) for make in makers] == [{"suffix", "pld", "model"}, {"suffix", "pld", "model"}, {"pld"}]
+    assert makers[1]().budgets == {"suffix": 2, "pld": 1}  # the fitted budgets, nothing else
     merged = 0
     for make in makers:
         for prompt in [p * 3 for p in PROMPTS[:3]] + PROMPTS[3:5]:  # repeated prompts: something to copy

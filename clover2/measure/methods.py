@@ -138,7 +138,7 @@ def drafter_factory(spec: MethodSpec, target: Target, *, draft: DraftModel | Non
     if tree is None and spec.tree == "fitted":
         raise Clover2Error("a fitted tree is chosen by the benchmark (clover2 bench), not given by name")
     model = draft if draft is not None else load_draft_for(spec, target)
-    return _combined(spec, model, tree if tree is not None else parse_tree(spec.tree), {}, sampling)
+    return _combined(spec, model, tree if tree is not None else parse_tree(spec.tree), None, sampling)
 
 
 def fitted_factory(spec: MethodSpec, model: DraftModel, fitted: Fitted | None,
@@ -151,10 +151,11 @@ def fitted_factory(spec: MethodSpec, model: DraftModel, fitted: Fitted | None,
     return _combined(spec, model, fitted.tree, dict(fitted.copy), sampling)
 
 
-def _combined(spec: MethodSpec, model: DraftModel, tree: Tree | DynamicTree | None, copy_budgets: dict[str, int],
+def _combined(spec: MethodSpec, model: DraftModel, tree: Tree | DynamicTree | None, copy_budgets: dict[str, int] | None,
               sampling: SamplingConfig) -> Callable[[], Drafter]:
     """The draft alone, prompt lookup then the draft, or the union of the copy drafters and the draft
-    (`tree` None: the draft proposes nothing; `copy_budgets` {}: every copy source with all its nodes)."""
+    (`tree` None: the draft proposes nothing; `copy_budgets`: the copy sources used and their node
+    budgets, the others left out; None: every copy source with all its nodes)."""
     graphs, suffix = spec.engine == "graphs", SuffixCache()  # as `suffix`, it remembers earlier generations
 
     def sources() -> dict[str, Drafter]:
@@ -162,9 +163,9 @@ def _combined(spec: MethodSpec, model: DraftModel, tree: Tree | DynamicTree | No
         if spec.name in HYBRIDS:
             return {"pld": PromptLookupDrafter()} | own
         if spec.name in UNIONS:
-            return {k: d for k, d in copy_drafters(suffix).items() if copy_budgets.get(k, 1)} | own
+            return {k: d for k, d in copy_drafters(suffix).items() if copy_budgets is None or copy_budgets.get(k)} | own
         return own
     if spec.name in ARCHITECTURES:
         return (lambda: ModelDrafter(model, tree, sampling, graphs=graphs)) if tree is not None else NoDrafter
     one_source = spec.name in HYBRIDS or not sampling.greedy  # a merged tree is exact for greedy decoding only
-    return lambda: Union(sources(), copy_budgets, one_source=one_source)
+    return lambda: Union(sources(), copy_budgets or {}, one_source=one_source)
