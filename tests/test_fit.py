@@ -11,13 +11,14 @@ import torch
 from conftest import tiny_target
 
 from clover2.decoding.decode import DecodeConfig, generate
+from clover2.decoding.drafter import Recording
 from clover2.decoding.prompts import PromptRecord
 from clover2.decoding.suffix import SuffixCache
 from clover2.decoding.union import Union
 from clover2.drafts import build_draft
 from clover2.drafts.config import DraftConfig
 from clover2.drafts.drafter import DynamicTree, ModelDrafter
-from clover2.measure.fit import FitConfig, Fitted, _node_outcomes, _Recorder, calibration_records, copy_drafters, fit
+from clover2.measure.fit import FitConfig, Fitted, _node_outcomes, calibration_records, copy_drafters, fit
 
 REPEATING = [5, 6, 7, 8, 9, 10, 5, 6, 7, 8, 9, 10, 5, 6, 7]  # gives the copy drafters something to copy
 
@@ -31,9 +32,9 @@ def test_node_outcomes_reproduce_the_accepted_lengths_of_the_run(arch):
     model = build_draft(DraftConfig.for_arch(arch, num_heads=3), t).eval()
     union = Union(copy_drafters(SuffixCache()) | {"model": ModelDrafter(model, DynamicTree(budget=24, depth=3, top_k=8))},
                   calibrating=True)
-    rec = _Recorder(union)
+    rec = Recording(union)
     gen = generate(t, rec, REPEATING, DecodeConfig(max_new_tokens=40))
-    nodes = pd.DataFrame(_node_outcomes(0, rec.drafts, rec.ranks, gen.output_ids, gen.accept_lengths))
+    nodes = pd.DataFrame(_node_outcomes(0, rec.drafts, union.ranks, gen.output_ids, gen.accept_lengths))
     accepted = nodes.groupby("step").accepted.sum().reindex(range(len(gen.steps)), fill_value=0).tolist()
     drafted = [n - 1 for n in gen.accept_lengths]
     assert accepted[:-1] == drafted[:-1] and accepted[-1] >= drafted[-1]  # the last step may be cut by the cap

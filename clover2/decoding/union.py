@@ -15,8 +15,8 @@ sampling could use. So with `one_source` the union proposes the first source's d
 empty instead (prompt lookup where the context repeats itself, the draft elsewhere): still one
 source per step, which keeps the target's distribution exactly.
 
-`calibrating`: every node's rank in each source's order of preference is kept beside the draft
-(`last_ranks`), which is what fitting the budgets to the machine needs (`clover2.measure.fit`).
+`calibrating`: every node's rank in each source's order of preference is kept beside each draft
+(`ranks`, one list per step), which is what fitting the budgets to the machine needs (`clover2.measure.fit`).
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ class Union(Drafter):
         self.one_source, self.calibrating = one_source, calibrating
         self.needs_hidden = any(d.needs_hidden for d in self.sources.values())
         self.seconds: dict[str, list[float]] = {name: [] for name in self.sources}  # per source, per step
-        self.last_ranks: list[dict[str, int]] = []  # per node of the last draft: its rank in each source
+        self.ranks: list[list[dict[str, int]]] = []  # calibrating: per step, per node, its rank in each source
 
     def begin(self, prompt_ids, hidden):
         for d in self.sources.values():
@@ -83,8 +83,13 @@ class Union(Drafter):
                 ranks[placed[i]][name] = rank[i]
         order = trie.order()
         if self.calibrating:
-            self.last_ranks = [ranks[i] for i in order]
+            self.ranks.append([ranks[i] for i in order])
         return trie.build(order)
+
+    @property
+    def last_ranks(self) -> list[dict[str, int]]:
+        """Per node of the last draft: its rank in each source that proposed it."""
+        return self.ranks[-1] if self.ranks else []
 
     def verified(self, root, draft, logits):
         for d in self.sources.values():

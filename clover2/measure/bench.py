@@ -208,6 +208,12 @@ class BenchConfig:
             raise Clover2Error(f"bench config: draft_weights must be one of {', '.join(DRAFT_WEIGHTS)}")
 
 
+def _fit_key(spec: MethodSpec) -> tuple[str, Path, str]:
+    """What a fitted method's fit depends on: a union's own (with the copy budgets) or its draft's
+    alone (for `ARCH` and `pld+ARCH`), the draft folder and the engine."""
+    return spec.name if spec.name in UNIONS else spec.arch, spec.draft, spec.engine
+
+
 def draft_precisions(weights: str, target: Target) -> tuple[str, ...]:
     """The draft precisions a run chooses between: both on a CPU under `auto`, else the one given."""
     if weights == "auto":
@@ -270,7 +276,7 @@ def run_bench(target: Target, config: BenchConfig, drafts: Mapping[str, Path] | 
             env.setdefault("calibration", {})[arch] = source_acceptance(calibrations[path, needed[0], precision[path]])
     fitted = {}  # (method name, draft folder, engine) -> what the fit chose (None: plain decoding)
     for s in specs:
-        if s.tree != "fitted" or (key := (s.name if s.name in UNIONS else s.arch, s.draft, s.engine)) in fitted:
+        if s.tree != "fitted" or (key := _fit_key(s)) in fitted:
             continue
         fitted[key], table = fit(calibrations[s.draft, s.engine, precision[s.draft]], curves[s.engine], config.fit,
                                  copy=s.name in UNIONS)
@@ -286,7 +292,7 @@ def run_bench(target: Target, config: BenchConfig, drafts: Mapping[str, Path] | 
         model = models.get((s.draft, precision.get(s.draft)))
         make = None
         if s.tree == "fitted":
-            make = fitted_factory(s, model, fitted[s.name if s.name in UNIONS else s.arch, s.draft, s.engine], sampling)
+            make = fitted_factory(s, model, fitted[_fit_key(s)], sampling)
         methods.append(make_method(s, target, decode, draft=model, make=make))
     runs = interleaved(methods, {r.id: first_turn_ids(target, r) for r in records}, repeats=config.repeats,
                        categories={r.id: r.category for r in records})

@@ -36,7 +36,7 @@ from tqdm.auto import tqdm
 
 from clover2.decoding.cache import BUCKETS, new_cache
 from clover2.decoding.decode import DecodeConfig, clock, generate, prefill
-from clover2.decoding.drafter import Drafter
+from clover2.decoding.drafter import Drafter, Recording
 from clover2.decoding.prompt_lookup import PromptLookupDrafter
 from clover2.decoding.prompts import PromptRecord
 from clover2.decoding.suffix import SuffixCache
@@ -127,9 +127,9 @@ def calibrate(target: Target, model: DraftModel, prompts: Sequence[list[int]], c
     nodes, seconds, steps, suffix = [], {"depth1": [], "model": [], **{c: [] for c in COPY_SOURCES}}, 0, SuffixCache()
     for p, prompt in enumerate(tqdm(prompts, desc="calibrating tree", unit="prompt")):
         union = Union(copy_drafters(suffix) | {"model": ModelDrafter(model, big, graphs=engine == "graphs")}, calibrating=True)
-        recorded = _Recorder(union)
+        recorded = Recording(union)
         gen = generate(target, recorded, prompt, decode)
-        nodes += _node_outcomes(p, recorded.drafts, recorded.ranks, gen.output_ids, gen.accept_lengths)
+        nodes += _node_outcomes(p, recorded.drafts, union.ranks, gen.output_ids, gen.accept_lengths)
         steps += len(gen.steps)
         for name, s in union.seconds.items():
             seconds[name] += s
@@ -140,28 +140,6 @@ def calibrate(target: Target, model: DraftModel, prompts: Sequence[list[int]], c
     return {"nodes": pd.DataFrame(nodes), "steps": steps,
             "draft_s": {1: median["depth1"], config.max_depth: median["model"]},
             "copy_s": {c: median[c] for c in COPY_SOURCES}}
-
-
-class _Recorder(Drafter):
-    """Passes a union through, keeping each draft and its nodes' ranks per source."""
-
-    def __init__(self, union: Union):
-        self.union, self.needs_hidden, self.drafts, self.ranks = union, union.needs_hidden, [], []
-
-    def begin(self, prompt_ids, hidden):
-        self.union.begin(prompt_ids, hidden)
-
-    def propose(self, ids) -> Draft:
-        draft = self.union.propose(ids)
-        self.drafts.append(draft)
-        self.ranks.append(self.union.last_ranks if draft.tree.size > 1 else [])
-        return draft
-
-    def verified(self, root, draft, logits):
-        self.union.verified(root, draft, logits)
-
-    def observe(self, new_ids, hidden):
-        self.union.observe(new_ids, hidden)
 
 
 def _node_outcomes(prompt: int, drafts: list[Draft], ranks: list[list[dict]], output: list[int],

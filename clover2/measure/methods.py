@@ -158,14 +158,15 @@ def _combined(spec: MethodSpec, model: DraftModel, tree: Tree | DynamicTree | No
     budgets, the others left out; None: every copy source with all its nodes)."""
     graphs, suffix = spec.engine == "graphs", SuffixCache()  # as `suffix`, it remembers earlier generations
 
+    def own() -> dict[str, Drafter]:
+        return {} if tree is None else {"model": ModelDrafter(model, tree, sampling, graphs=graphs)}
+
     def sources() -> dict[str, Drafter]:
-        own = {} if tree is None else {"model": ModelDrafter(model, tree, sampling, graphs=graphs)}
         if spec.name in HYBRIDS:
-            return {"pld": PromptLookupDrafter()} | own
-        if spec.name in UNIONS:
-            return {k: d for k, d in copy_drafters(suffix).items() if copy_budgets is None or copy_budgets.get(k)} | own
-        return own
+            return {"pld": PromptLookupDrafter()} | own()
+        copies = copy_drafters(suffix)
+        return {k: d for k, d in copies.items() if copy_budgets is None or copy_budgets.get(k)} | own()
     if spec.name in ARCHITECTURES:
-        return (lambda: ModelDrafter(model, tree, sampling, graphs=graphs)) if tree is not None else NoDrafter
+        return (lambda: own()["model"]) if tree is not None else NoDrafter
     one_source = spec.name in HYBRIDS or not sampling.greedy  # a merged tree is exact for greedy decoding only
     return lambda: Union(sources(), copy_budgets or {}, one_source=one_source)
