@@ -167,6 +167,30 @@ def test_cache_holds_exactly_the_committed_tokens_after_every_step(tiny):
     assert ids[len(prompt):] == truth
 
 
+@pytest.mark.parametrize("engine", ["eager", "static"])
+def test_a_causal_run_without_a_mask_equals_the_explicit_causal_mask(tiny, engine):
+    """`visible=None` (the model masks itself: the fast prefill) gives the logits and cache entries of
+    the explicit lower-triangular mask, on an empty cache and after a prefix, past Gemma's window."""
+    from clover2.decoding.cache import new_cache
+    ids = torch.tensor(PROMPTS[3][:60])
+    runs = []
+    with torch.inference_mode():
+        for visible in (None, "explicit"):
+            cache = new_cache(tiny, engine, capacity=256)
+            logits = []
+            for lo, hi in ((0, 40), (40, 60)):  # a prefill, then a causal run over a 40-token prefix
+                n = hi - lo
+                mask = None if visible is None else torch.ones(n, n, dtype=torch.bool).tril()
+                logits.append(cache.run(tiny, ids[lo:hi], torch.arange(lo, hi), mask).logits[0])
+            layers = cache.layers if engine == "eager" else cache.kv.layers
+            runs.append((torch.cat(logits), [(la.keys[:, :, :60], la.values[:, :, :60]) for la in layers]))
+    (logits_none, kv_none), (logits_mask, kv_mask) = runs
+    torch.testing.assert_close(logits_none, logits_mask, atol=1e-5, rtol=1e-4)
+    for (k1, v1), (k2, v2) in zip(kv_none, kv_mask):
+        torch.testing.assert_close(k1, k2, atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(v1, v2, atol=1e-5, rtol=1e-4)
+
+
 def test_static_tree_verification_equals_path_by_path_decoding(tiny):
     """Tree logits at every node equal decoding that node's root path on its own."""
     prompt = PROMPTS[0]

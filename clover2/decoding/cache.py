@@ -34,13 +34,19 @@ BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)  # new tokens per static forward: a tree
 class TreeCache(DynamicCache):
     """The eager engine: a `DynamicCache` of full layers (sliding windows are enforced by the mask)."""
 
-    def run(self, target, ids: torch.Tensor, positions: torch.Tensor, visible: torch.Tensor, *,
+    def run(self, target, ids: torch.Tensor, positions: torch.Tensor, visible: torch.Tensor | None, *,
             hidden: bool = False, logits_to_keep: int = 0):
         """One target forward of new tokens `ids` `(n,)` at `positions` `(n,)`, new token i seeing the
-        committed prefix and the new tokens j with `visible[i, j]` (its ancestors and itself)."""
+        committed prefix and the new tokens j with `visible[i, j]` (its ancestors and itself).
+
+        `visible=None`: a causal run (positions consecutive from the prefix's length), masked by the
+        model itself, which lets attention skip the masked half (a long prefill ~20% faster on a CPU)."""
         past, n, device = self.get_seq_length(), len(ids), target.device
-        mask = torch.zeros(1, 1, n, past + n, dtype=target.dtype, device=device)
-        mask[0, 0, :, past:].masked_fill_(~visible.to(device), torch.finfo(target.dtype).min)
+        if visible is None:
+            mask = None
+        else:
+            mask = torch.zeros(1, 1, n, past + n, dtype=target.dtype, device=device)
+            mask[0, 0, :, past:].masked_fill_(~visible.to(device), torch.finfo(target.dtype).min)
         return target.forward(ids.to(device)[None], positions.to(device)[None], mask, self,
                               logits_to_keep=logits_to_keep, hidden=hidden)
 
@@ -107,12 +113,13 @@ class StaticTreeCache:
         self.length = max_length if max_length >= 0 else self.length + max_length
 
     @torch.inference_mode()  # its buffers are inference tensors, whoever calls first
-    def run(self, target, ids: torch.Tensor, positions: torch.Tensor, visible: torch.Tensor, *,
+    def run(self, target, ids: torch.Tensor, positions: torch.Tensor, visible: torch.Tensor | None, *,
             hidden: bool = False, logits_to_keep: int = 0):
-        """As `TreeCache.run`. Up to the largest bucket the forward runs padded to the next bucket
+        """As `TreeCache.run` (`visible=None`: causal, masked here as any other pattern). Up to the largest bucket the forward runs padded to the next bucket
         (padding tokens sit at the first new position, see only themselves and are never
         committed); a longer input (a long prefill) runs once at its own size, uncaptured."""
         n, past, device = len(ids), self.length, target.device
+        visible = torch.ones(n, n, dtype=torch.bool).tril() if visible is None else visible
         size = next((b for b in BUCKETS if b >= n), n)
         if past + size > self.capacity:
             raise Clover2Error(f"static cache of {self.capacity} tokens is full ({past} + {size})")

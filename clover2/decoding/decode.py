@@ -103,7 +103,8 @@ def speculative_steps(target: Target, drafter: Drafter, prompt_ids: Sequence[int
     """Decode from `prompt_ids` (greedy, or sampling with `config.sampling`), one `Step` per target forward.
 
     Pass `cache` (an empty `TreeCache`) to inspect it between steps; it holds the committed
-    tokens but the last. Otherwise the cache is `config.engine`'s.
+    tokens but the last. A `clover2.decoding.replay.ReplayCache` replays a known greedy decoding
+    instead of running the target. Otherwise the cache is `config.engine`'s.
     """
     prompt = list(prompt_ids)
     limit = _check_prompt(target, prompt, config)
@@ -160,9 +161,7 @@ def prefill(target: Target, cache, ids: list[int], *, hidden: bool) -> torch.Ten
     """Put `ids` into the empty cache with one causal forward; return their hidden states if asked."""
     if not ids:
         return None
-    n = len(ids)
-    out = cache.run(target, torch.tensor(ids), torch.arange(n), torch.ones(n, n, dtype=torch.bool).tril(),
-                    logits_to_keep=1, hidden=hidden)
+    out = cache.run(target, torch.tensor(ids), torch.arange(len(ids)), None, logits_to_keep=1, hidden=hidden)
     return None if out.hidden is None else out.hidden[0]
 
 

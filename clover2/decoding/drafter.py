@@ -21,6 +21,7 @@ from clover2.decoding.tree import NO_DRAFT, Draft
 
 class Drafter(ABC):
     needs_hidden: bool = False  # does `observe` need the target's pre-norm hidden states?
+    reads_logits: bool = False  # does `verified` learn from the target's logits over the tree?
 
     def begin(self, prompt_ids: Sequence[int], hidden: torch.Tensor | None) -> None:
         """A new sequence: `hidden` `(P - 1, H)` covers every prompt position but the last."""
@@ -47,7 +48,7 @@ class Recording(Drafter):
     """Passes a drafter through, keeping every draft it proposes (tree fitting, traced steps)."""
 
     def __init__(self, inner: Drafter):
-        self.inner, self.needs_hidden, self.drafts = inner, inner.needs_hidden, []
+        self.inner, self.needs_hidden, self.reads_logits, self.drafts = inner, inner.needs_hidden, inner.reads_logits, []
 
     def begin(self, prompt_ids, hidden):
         self.inner.begin(prompt_ids, hidden)

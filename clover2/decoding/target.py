@@ -168,13 +168,14 @@ class Target:
         """An empty eager cache of full (non-sliding) layers: sliding windows are enforced by the mask."""
         return TreeCache()
 
-    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor, attention_mask: torch.Tensor | dict,
+    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor, attention_mask: torch.Tensor | dict | None,
                 cache, *, logits_to_keep: int = 0, hidden: bool = False) -> TargetOutput:
         """One forward of new tokens over the cached prefix.
 
         `input_ids`, `position_ids`: `(1, n)`; `attention_mask`: `(1, 1, n, past + n)` additive
-        float mask (0 = attend, dtype-min = masked), or `layer_masks`' result. The new keys and
-        values are written to `cache`; committing or discarding them is the caller's job.
+        float mask (0 = attend, dtype-min = masked), `layer_masks`' result, or None for the model's
+        own causal mask (consecutive positions). The new keys and values are written to `cache`;
+        committing or discarding them is the caller's job.
         """
         if torch.is_tensor(attention_mask):
             attention_mask = self.layer_masks(attention_mask, position_ids)
@@ -293,8 +294,7 @@ def _verify_workload(target: Target, prefix: int = 200) -> Callable[[int], None]
 
     def run(rows: int) -> None:
         if not cache.get_seq_length():
-            cache.run(target, ids[:prefix], torch.arange(prefix), torch.ones(prefix, prefix, dtype=torch.bool).tril(),
-                      logits_to_keep=1)
+            cache.run(target, ids[:prefix], torch.arange(prefix), None, logits_to_keep=1)
         cache.run(target, ids[prefix:prefix + rows], torch.arange(prefix, prefix + rows),
                   torch.ones(rows, rows, dtype=torch.bool).tril())
         cache.crop(-rows)

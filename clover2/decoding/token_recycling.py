@@ -37,6 +37,8 @@ class TokenRecycling:
 
 
 class TokenRecyclingDrafter(Drafter):
+    reads_logits = True
+
     def __init__(self, state: TokenRecycling):
         self.state = state
 

@@ -48,6 +48,7 @@ class Union(Drafter):
         self.sources, self.budgets = dict(sources), dict(budgets or {})
         self.one_source, self.calibrating = one_source, calibrating
         self.needs_hidden = any(d.needs_hidden for d in self.sources.values())
+        self.reads_logits = any(d.reads_logits for d in self.sources.values())
         self.seconds: dict[str, list[float]] = {name: [] for name in self.sources}  # per source, per step
         self.ranks: list[list[dict[str, int]]] = []  # calibrating: per step, per node, its rank in each source
 

@@ -30,8 +30,9 @@ import pandas as pd
 import yaml
 from tqdm.auto import tqdm
 
-from clover2.decoding.decode import DecodeConfig, generate
+from clover2.decoding.decode import DecodeConfig
 from clover2.decoding.prompts import first_turn_ids
+from clover2.decoding.replay import plain_reference, replay
 from clover2.decoding.target import Target
 from clover2.drafts.checkpoint import SIDECAR, load_draft
 from clover2.drafts.drafter import ModelDrafter
@@ -209,7 +210,9 @@ class Study:
     def tau(self, variants: list[str], *, tasks: tuple[str, ...] | None = None, n_per_task: int | None = None,
             max_new_tokens: int | None = None, tree: str = "eagle25", n_boot: int = 2000) -> pd.DataFrame:
         """Greedy tau (tokens per target forward, bonus included) of each variant per task, on the same
-        prompts and tree. Greedy tau does not depend on timing, so no plain-decoding pairs are needed.
+        prompts and tree. Greedy tau does not depend on timing: each prompt is decoded plainly once and
+        every variant's decoding replayed against it (`clover2.decoding.replay`: the drafts run for
+        real, the target's forwards are read off the plain decoding), which costs the drafts alone.
         The `overall` rows carry a 95% bootstrap interval over prompts (`tau_lo`, `tau_hi`) and, for
         each variant, the interval of its difference from Clover-2's (else the first variant's) on the
         same resampled prompts (`delta_lo`, `delta_hi`: an interval excluding 0 is a difference beyond
@@ -220,10 +223,12 @@ class Study:
         prompts = [(r.category, first_turn_ids(self.target, r)) for r in records]
         engine = self.profile.study.engine
         config, shape, rows = DecodeConfig(max_new_tokens=max_new_tokens, engine=engine), parse_tree(tree), []
+        models = {v: self.draft(v) for v in variants}  # trained first, outside the replays
+        refs = [plain_reference(self.target, ids, config) for _, ids in tqdm(prompts, desc="plain decoding", unit="prompt")]
         for v in variants:
-            model = load_draft(self.draft(v), self.target)
-            for p, (task, ids) in enumerate(tqdm(prompts, desc=f"tau {v}", unit="prompt")):
-                g = generate(self.target, ModelDrafter(model, shape, graphs=engine == "graphs"), ids, config)
+            model = load_draft(models[v], self.target)
+            for p, ((task, _), ref) in enumerate(zip(prompts, tqdm(refs, desc=f"tau {v}", unit="prompt"))):
+                g = replay(self.target, ModelDrafter(model, shape, graphs=engine == "graphs"), ref)
                 rows.append({"variant": v, "prompt": p, "task": task, "tokens": len(g.output_ids), "steps": len(g.steps)})
         df = pd.DataFrame(rows)
         per_task = df.groupby(["variant", "task"], sort=False)[["tokens", "steps"]].sum().reset_index()
