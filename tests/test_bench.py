@@ -46,6 +46,10 @@ def test_every_method_runs_every_prompt_and_repeat(runs):
     assert (greedy.identical == 1).all()  # fp32: all three produce the same tokens
     assert runs[runs.temperature == 1].identical.isna().all()  # sampled runs are not compared token by token
     assert (runs[runs.method == "ar"].speedup == 1).all()  # each temperature against its own plain decoding
+    assert (runs[runs.method == "ar"].decode_speedup == 1).all()
+    assert runs[runs.method == "hf"].decode_speedup.isna().all()  # HF generate's prefill is not known
+    ours = runs[runs.method != "hf"]
+    assert (ours.decode_speedup > 0).all() and not ours.decode_speedup.equals(ours.speedup)  # the prefill left out
 
 
 def test_summary_has_overall_and_per_task_rows_with_intervals(runs):
