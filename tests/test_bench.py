@@ -21,7 +21,7 @@ from clover2.drafts import build_draft
 from clover2.drafts.checkpoint import save_draft
 from clover2.drafts.config import DraftConfig
 from clover2.errors import Clover2Error
-from clover2.measure.bench import BenchConfig, Method, interleaved, make_method, run_bench, summarize
+from clover2.measure.bench import BenchConfig, Method, interleaved, make_method, paired, run_bench, summarize
 from clover2.measure.fit import FitConfig, cost_curve, fit
 from clover2.measure.load import mark, other_share
 from clover2.measure.methods import MethodSpec
@@ -63,6 +63,19 @@ def test_summary_has_overall_and_per_task_rows_with_intervals(runs):
     ar = s[(s.method == "ar") & (s.task == "overall") & (s.temperature == 0)].iloc[0]
     assert ar.tau == 1 and ar.tau_minus_1 == 0 and ar.speedup == 1 and ar.identical_frac == 1 and ar.n_prompts == 3
     assert np.isnan(s[s.method == "hf"].tau).all()  # HF generate reports no steps
+
+
+def test_paired_comparisons_are_per_prompt_ratios_of_the_same_run(runs):
+    p = paired(runs, n_boot=500)
+    assert set(zip(p.method, p.versus, p.temperature)) == {(a, b, t) for t, ms in ((0, ("ar", "pld", "hf")), (1, ("ar", "pld")))
+                                                            for a in ms for b in ms if a != b}
+    pld = runs[(runs.method == "pld") & (runs.temperature == 0)]
+    row = p[(p.method == "pld") & (p.versus == "ar") & (p.temperature == 0)].iloc[0]
+    assert row.speed_ratio == pytest.approx(np.exp(np.log(pld.speedup).mean()))  # the geometric mean of the speedups
+    assert row.speed_ratio_lo <= row.speed_ratio <= row.speed_ratio_hi and row.n_prompts == 6
+    assert row.faster_on == (pld.speedup > 1).sum()
+    back = p[(p.method == "ar") & (p.versus == "pld") & (p.temperature == 0)].iloc[0]
+    assert back.speed_ratio == pytest.approx(1 / row.speed_ratio) and back.tau_ratio == pytest.approx(1 / row.tau_ratio)
 
 
 def test_other_processes_load_is_measured_and_marks_the_table(runs):

@@ -177,6 +177,28 @@ def summarize(df: pd.DataFrame, *, seed: int = 0, n_boot: int = 2000) -> pd.Data
     return pd.DataFrame(rows)
 
 
+def paired(df: pd.DataFrame, *, seed: int = 0, n_boot: int = 2000) -> pd.DataFrame:
+    """Every pair of methods at one temperature, compared prompt by prompt: the geometric mean of
+    the per-prompt speed ratios (a over b) with a 95% bootstrap interval over prompts, how many
+    prompts a was faster on, and the tau ratio (sums of tokens over steps). Pairs measured moments
+    apart on the same prompt cancel the prompt's own difficulty, which unpaired intervals keep."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for temperature, g in df.groupby("temperature", sort=False):
+        speed = g.pivot_table(index=["prompt", "repeat"], columns="method", values="tokens_per_s", sort=False)
+        sums = g.groupby("method", sort=False)[["new_tokens", "steps"]].sum(min_count=1)  # HF: no steps, NaN
+        picks = rng.integers(0, len(speed), size=(n_boot, len(speed)))
+        for a, b in itertools.permutations(speed.columns, 2):
+            log_ratio = np.log(speed[a] / speed[b]).to_numpy()
+            boot = np.exp(log_ratio[picks].mean(1))
+            tau = (sums.new_tokens[a] / sums.steps[a]) / (sums.new_tokens[b] / sums.steps[b])
+            rows.append({"method": a, "versus": b, "temperature": temperature, "n_prompts": len(log_ratio),
+                         "speed_ratio": float(np.exp(log_ratio.mean())), "speed_ratio_lo": float(np.quantile(boot, 0.025)),
+                         "speed_ratio_hi": float(np.quantile(boot, 0.975)), "faster_on": int((log_ratio > 0).sum()),
+                         "tau_ratio": float(tau)})
+    return pd.DataFrame(rows)
+
+
 # ---- the configured benchmark: tasks x methods x temperatures, with trees fitted to this machine ----
 
 @dataclass(frozen=True)
@@ -228,7 +250,7 @@ def draft_precisions(weights: str, target: Target) -> tuple[str, ...]:
 
 
 def run_bench(target: Target, config: BenchConfig, drafts: Mapping[str, Path] | Path | None, out: Path) -> pd.DataFrame:
-    """Measure every method on every task side by side; write runs.csv, bench.csv, env.json,
+    """Measure every method on every task side by side; write runs.csv, bench.csv, paired.csv, env.json,
     cost_curve.csv (and, for fitted trees, fit_<arch>.csv or fit_union+<arch>.csv) into `out`. Draft methods without a path
     take `drafts[name]` (a mapping) or `drafts/<name>` (a folder). Returns the bench table."""
     torch.set_num_threads(config.threads or len(os.sched_getaffinity(0)))
@@ -310,6 +332,7 @@ def run_bench(target: Target, config: BenchConfig, drafts: Mapping[str, Path] | 
                       "against speculative methods (rows marked `contended`); rerun on an idle machine", stacklevel=2)
     write_csv(out / "runs.csv", runs)
     write_csv(out / "bench.csv", table)
+    write_csv(out / "paired.csv", paired(runs, seed=config.seed))
     write_json(out / "env.json", env | {"peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                                         "other_load": load, "contended": bool(load > CONTENDED_SHARE),
                                         "torch_threads": torch.get_num_threads()})
