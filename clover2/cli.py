@@ -56,8 +56,9 @@ def _parser() -> argparse.ArgumentParser:
     _target_args(s)
     s.add_argument("--method", default="ar", choices=_generate_methods(),
                    help="ar: plain decoding; pld: prompt lookup; suffix: a suffix cache; tr: Token Recycling; "
-                        "a draft architecture, pld+ARCH (prompt lookup, else the draft) or union+ARCH (the suffix "
-                        "cache, prompt lookup and the draft in one tree); the last three need --draft")
+                        "a draft architecture, pld+ARCH or suffix+ARCH (prompt lookup or the suffix cache, else the "
+                        "draft) or union+ARCH (the suffix cache, prompt lookup and the draft in one tree); the "
+                        "last four need --draft")
     _draft_args(s)
     src = s.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt", help="one user turn")

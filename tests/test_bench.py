@@ -24,7 +24,7 @@ from clover2.errors import Clover2Error
 from clover2.measure.bench import BenchConfig, Method, interleaved, make_method, paired, run_bench, summarize
 from clover2.measure.fit import FitConfig, cost_curve, fit
 from clover2.measure.load import mark, other_share
-from clover2.measure.methods import MethodSpec
+from clover2.measure.methods import MethodSpec, drafter_factory
 from clover2.measure.provenance import environment
 from clover2.measure.tasks import load_task
 
@@ -113,18 +113,27 @@ def test_unknown_method_duplicate_and_missing_reference():
     ("tr", ("tr", "eagle25", 0.0, None)),
     ("tr@chain4/1", ("tr", "chain4", 1.0, None)),
     ("pld+clover2@fitted", ("pld+clover2", "fitted", 0.0, None)),
+    ("suffix+eagle1@chain3/1", ("suffix+eagle1", "chain3", 1.0, None)),
     ("clover2@dynamic:60:5:10/1!graphs=d/c2", ("clover2", "dynamic:60:5:10", 1.0, "d/c2")),
     ("ar!static", ("ar", "", 0.0, None))])
 def test_method_specs(spec, parsed):
     s = MethodSpec.parse(spec)
     name, tree, temperature, path = s.name, s.tree, s.temperature, s.draft
     assert (name, tree, temperature, str(path) if path else None) == parsed
-    assert s.arch == {"clover2": "clover2", "eagle1": "eagle1", "pld+clover2": "clover2"}.get(name, "")
+    assert s.arch == {"clover2": "clover2", "eagle1": "eagle1", "pld+clover2": "clover2", "suffix+eagle1": "eagle1"}.get(name, "")
     assert s.is_draft == bool(s.arch)
 
 
+def test_hybrids_take_their_copy_source_where_it_proposes_and_the_draft_elsewhere():
+    t = tiny_target("llama")
+    model = build_draft(DraftConfig.for_arch("clover2", num_heads=2), t).eval()
+    for name, copy in (("pld+clover2", "pld"), ("suffix+clover2", "suffix")):
+        drafter = drafter_factory(MethodSpec.parse(f"{name}@chain2"), t, draft=model)()
+        assert list(drafter.sources) == [copy, "model"] and drafter.one_source
+
+
 @pytest.mark.parametrize("spec", ["hydra", "pld@eagle25", "ar/hot", "suffix@eagle25", "tr@dynamic:8:3:4",
-                                  "tr@fitted", "pld+hydra", "ar!turbo", "ar!eager", "hf!graphs", "ar!"])
+                                  "tr@fitted", "pld+hydra", "suffix+pld", "ar!turbo", "ar!eager", "hf!graphs", "ar!"])
 def test_bad_method_specs_are_refused(spec):
     with pytest.raises(Clover2Error):
         MethodSpec.parse(spec)
@@ -188,13 +197,13 @@ def test_configured_bench_with_a_fitted_tree_writes_the_table(tmp_path):
     config = BenchConfig(tasks=(str(_spec_bench_file(tmp_path / "question.jsonl")),), n_per_task=1,
                          max_new_tokens=10, methods=("ar", "pld", "suffix", "tr@chain3", "clover2@eagle25",
                                                      "clover2@dynamic:8:3:3", "clover2@fitted", "pld+clover2@fitted",
-                                                     "union+clover2@fitted", "union+clover2@eagle25",
+                                                     "suffix+clover2@fitted", "union+clover2@fitted", "union+clover2@eagle25",
                                                      "ar/1", "clover2@eagle25/1", "union+clover2@eagle25/1",
                                                      "ar!graphs", "clover2@fitted!graphs"),
                          fit=FitConfig(max_depth=3, top_k=3, prompts=2, max_new_tokens=8))
     table = run_bench(t, config, tmp_path / "drafts", tmp_path / "out")
     disk = pd.read_csv(tmp_path / "out" / "bench.csv")
-    assert len(disk) == len(table) == 15 * 4  # 15 methods x (3 tasks + overall)
+    assert len(disk) == len(table) == 16 * 4  # 16 methods x (3 tasks + overall)
     assert {"other_load", "contended"} <= set(disk.columns)
     greedy = disk[disk.temperature == 0]
     assert (greedy.identical_frac == 1).all()
@@ -225,7 +234,7 @@ def test_configured_bench_with_a_fitted_tree_writes_the_table(tmp_path):
 
 def test_a_fit_that_finds_no_tree_decodes_plainly(tmp_path, monkeypatch):
     """Where the fit predicts no tree beats plain decoding, `@fitted` drafts nothing (tau 1) and the
-    hybrid falls back to prompt lookup alone, both still reported under their own names."""
+    hybrids fall back to their copy source alone, all still reported under their own names."""
     import clover2.measure.bench as bench
 
     def no_tree(*args, **kwargs):
@@ -235,13 +244,15 @@ def test_a_fit_that_finds_no_tree_decodes_plainly(tmp_path, monkeypatch):
     cfg = DraftConfig.for_arch("clover2", num_heads=3)
     save_draft(tmp_path / "drafts" / "clover2", build_draft(cfg, t), t, cfg, extra={})
     config = BenchConfig(tasks=(str(_spec_bench_file(tmp_path / "question.jsonl")),), n_per_task=1, max_new_tokens=10,
-                         methods=("ar", "pld", "clover2@fitted", "pld+clover2@fitted", "union+clover2@fitted"),
+                         methods=("ar", "pld", "suffix", "clover2@fitted", "pld+clover2@fitted", "suffix+clover2@fitted",
+                                  "union+clover2@fitted"),
                          fit=FitConfig(max_depth=2, top_k=3, prompts=1, max_new_tokens=6))
     table = run_bench(t, config, tmp_path / "drafts", tmp_path / "out").set_index(["method", "task"])
     env = json.loads((tmp_path / "out" / "env.json").read_text())
     assert env["fitted_trees"]["clover2"]["budget"] == 0
     assert table.loc[("clover2@fitted", "overall"), "tau"] == 1
     assert table.loc[("pld+clover2@fitted", "overall"), "tau"] == table.loc[("pld", "overall"), "tau"]
+    assert table.loc[("suffix+clover2@fitted", "overall"), "tau"] == table.loc[("suffix", "overall"), "tau"]
     assert table.loc[("union+clover2@fitted", "overall"), "tau"] == 1
     assert (table.identical_frac == 1).all()
 

@@ -215,7 +215,7 @@ def _propose(target, drafter):
 
     prompt = PROMPTS[0]
     with torch.no_grad():
-        drafter.begin(prompt, prefill(target, target.new_cache(), prompt[:-1], hidden=True))
+        drafter.begin(prompt, prefill(target, target.new_cache(), prompt[:-1], hidden=True).hidden[0])
         return drafter.propose(prompt)
 
 

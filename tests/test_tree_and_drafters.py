@@ -135,7 +135,7 @@ def test_union_merges_shared_prefixes_and_keeps_each_sources_best_nodes():
     draft = union.propose([1])
     assert _paths(draft) == {(5,), (8,), (5, 6), (5, 6, 9), (4,)}  # 5 and 5-6 shared: 5 nodes, not 7
     assert draft.tree.size == 6
-    by_path = dict(zip(_node_paths(draft), union.last_ranks))
+    by_path = dict(zip(_node_paths(draft), union.ranks[-1]))
     assert by_path[(5,)] == {"model": 0, "copy": 0} and by_path[(5, 6)] == {"model": 1, "copy": 1}
     assert by_path[(8,)] == {"model": 2} and by_path[(4,)] == {"copy": 3}
     small = Union({"model": _Fixed(model), "copy": _Fixed(copy)}, {"model": 1, "copy": 2}).propose([1])

@@ -115,9 +115,10 @@ class StaticTreeCache:
     @torch.inference_mode()  # its buffers are inference tensors, whoever calls first
     def run(self, target, ids: torch.Tensor, positions: torch.Tensor, visible: torch.Tensor | None, *,
             hidden: bool = False, logits_to_keep: int = 0):
-        """As `TreeCache.run` (`visible=None`: causal, masked here as any other pattern). Up to the largest bucket the forward runs padded to the next bucket
-        (padding tokens sit at the first new position, see only themselves and are never
-        committed); a longer input (a long prefill) runs once at its own size, uncaptured."""
+        """As `TreeCache.run` (`visible=None`: causal, masked here as any other pattern). Up to the
+        largest bucket the forward runs padded to the next bucket (padding tokens sit at the first
+        new position, see only themselves and are never committed); a longer input (a long
+        prefill) runs once at its own size, uncaptured."""
         n, past, device = len(ids), self.length, target.device
         visible = torch.ones(n, n, dtype=torch.bool).tril() if visible is None else visible
         size = next((b for b in BUCKETS if b >= n), n)

@@ -1,22 +1,25 @@
 """The speculative decode loop, written once: draft, verify, accept, commit.
 
 Invariant between steps: the KV cache holds every committed token except the last one (the
-*root* of the next tree), whose successor the target has not computed yet. Plain decoding is the
-same loop with the empty tree (`NoDrafter`), so the baseline and the method share every line.
+*root* of the next tree), whose successor the target has not computed yet. The prefill is the first
+step: the whole prompt in one causal forward, its last token the root of an empty tree, so it commits
+the first new token as Hugging Face `generate` does. Plain decoding is the same loop with the empty
+tree (`NoDrafter`), so the baseline and the method share every line.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
 from clover2.decoding.cache import BUCKETS, ENGINES, new_cache
 from clover2.decoding.drafter import Drafter
 from clover2.decoding.sampling import SamplingConfig
-from clover2.decoding.target import Target
+from clover2.decoding.target import Target, TargetOutput
+from clover2.decoding.tree import NO_DRAFT
 from clover2.decoding.verify import accept, verify
 from clover2.errors import Clover2Error
 
@@ -51,21 +54,38 @@ class Step:
 class Generation:
     prompt_ids: list[int]
     output_ids: list[int] = field(default_factory=list)
-    steps: list[Step] = field(default_factory=list)
+    prefill: Step | None = None  # the prompt's forward, which commits the first output token
+    steps: list[Step] = field(default_factory=list)  # the decoding steps after it
     seconds: float = 0.0  # wall time of the whole call, prefill included
+
+    def add(self, step: Step) -> None:
+        """Collect the next step of `speculative_steps` (the first is the prefill)."""
+        if self.prefill is None:
+            self.prefill = step
+        else:
+            self.steps.append(step)
+        self.output_ids.extend(step.tokens)
 
     @property
     def accept_lengths(self) -> list[int]:
-        """Tokens committed per target forward (bonus included): plain decoding gives all 1s."""
+        """Tokens committed per decoding step (bonus included; the prefill's first token is not
+        counted): plain decoding gives all 1s."""
         return [len(s.tokens) for s in self.steps]
 
     @property
+    def step_ids(self) -> list[int]:
+        """The output the decoding steps committed: all of it but the prefill's first token."""
+        return self.output_ids[len(self.prefill.tokens) if self.prefill else 0:]
+
+    @property
     def tau(self) -> float:
-        return len(self.output_ids) / max(1, len(self.steps))
+        """Mean accept length: tokens per decoding step, the paper's tau (1.0 if the prefill stopped)."""
+        return sum(self.accept_lengths) / len(self.steps) if self.steps else 1.0
 
     @property
     def stop_reason(self) -> str | None:
-        return self.steps[-1].stop if self.steps else None
+        last = self.steps[-1] if self.steps else self.prefill
+        return last.stop if last else None
 
 
 class Stopper:
@@ -113,14 +133,12 @@ def speculative_steps(target: Target, drafter: Drafter, prompt_ids: Sequence[int
     if cache is None:
         cache = new_cache(target, config.engine, capacity=len(prompt) + limit + BUCKETS[-1])
     generator = torch.Generator().manual_seed(config.sampling.seed)  # every sampling decision draws from it
-    drafter.begin(prompt, prefill(target, cache, prompt[:-1], hidden=drafter.needs_hidden))
-    ids = prompt
+    t0 = t1 = clock(target)
+    out = prefill(target, cache, prompt, hidden=drafter.needs_hidden)  # 0. prefill: the step of an empty tree
+    drafter.begin(prompt, None if out.hidden is None else out.hidden[0, :-1])  # rooted at the prompt's last token
+    out = replace(out, hidden=None if out.hidden is None else out.hidden[:, -1:])  # the root's state, as a step's
+    ids, draft, past = prompt, NO_DRAFT, len(prompt) - 1
     while True:
-        t0 = clock(target)
-        draft = drafter.propose(ids)  # 1. draft a token tree rooted at the last committed token
-        t1 = clock(target)
-        past = cache.get_seq_length()
-        out = verify(target, cache, ids[-1], draft, hidden=drafter.needs_hidden)  # 2. verify it
         drafter.verified(ids[-1], draft, out.logits[0])
         accepted = accept(draft, out.logits[0], config.sampling, generator)  # 3. accept a path
         tokens, stop = stopper.cut(accepted.tokens)
@@ -132,6 +150,11 @@ def speculative_steps(target: Target, drafter: Drafter, prompt_ids: Sequence[int
                    verify_s=clock(target) - t1, stop=stop)
         if stop:
             return
+        t0 = clock(target)
+        draft = drafter.propose(ids)  # 1. draft a token tree rooted at the last committed token
+        t1 = clock(target)
+        past = cache.get_seq_length()
+        out = verify(target, cache, ids[-1], draft, hidden=drafter.needs_hidden)  # 2. verify it
 
 
 def generate(target: Target, drafter: Drafter, prompt_ids: Sequence[int], config: DecodeConfig) -> Generation:
@@ -140,8 +163,7 @@ def generate(target: Target, drafter: Drafter, prompt_ids: Sequence[int], config
     start = clock(target)
     with torch.inference_mode():
         for step in speculative_steps(target, drafter, prompt_ids, config):
-            gen.steps.append(step)
-            gen.output_ids.extend(step.tokens)
+            gen.add(step)
     gen.seconds = time.perf_counter() - start
     return gen
 
@@ -157,12 +179,10 @@ def _check_prompt(target: Target, prompt: list[int], config: DecodeConfig) -> in
     return min(config.max_new_tokens, room)
 
 
-def prefill(target: Target, cache, ids: list[int], *, hidden: bool) -> torch.Tensor | None:
-    """Put `ids` into the empty cache with one causal forward; return their hidden states if asked."""
-    if not ids:
-        return None
-    out = cache.run(target, torch.tensor(ids), torch.arange(len(ids)), None, logits_to_keep=1, hidden=hidden)
-    return None if out.hidden is None else out.hidden[0]
+def prefill(target: Target, cache, ids: list[int], *, hidden: bool) -> TargetOutput:
+    """Put `ids` (non-empty) into the empty cache with one causal forward: the logits after the last,
+    `(1, 1, V)`, and every position's hidden state `(1, len(ids), H)` if asked."""
+    return cache.run(target, torch.tensor(ids), torch.arange(len(ids)), None, logits_to_keep=1, hidden=hidden)
 
 
 def clock(target: Target) -> float:

@@ -1,7 +1,8 @@
 """Drafters (the paper's q): propose a token tree for the current state, observe what was kept.
 
-The decoder calls `begin` once per sequence, then per step `propose`, `verified` (the target's
-logits over the proposed tree, for drafters that learn from them) and `observe` (what was kept). A drafter
+The decoder calls `begin` once per sequence, then `verified` and `observe` for the prefill's first
+token (the step of an empty tree), then per step `propose`, `verified` (the target's logits over the
+proposed tree, for drafters that learn from them) and `observe` (what was kept). A drafter
 that reads the target's hidden states sets `needs_hidden`; it then receives the last hidden
 state before the final norm for every position whose KV entry was committed. Implementations:
 `NoDrafter` (plain decoding), the training-free `clover2.decoding.prompt_lookup`,

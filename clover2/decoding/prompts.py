@@ -74,19 +74,21 @@ def run_conversation(target: Target, make_drafter: Callable[[], Drafter], record
 
 
 def conversation_json(target: Target, record: PromptRecord, generations: list[Generation]) -> dict:
-    """The CLI's JSON object: totals over all turns, and the turns one by one."""
+    """The CLI's JSON object: totals over all turns, and the turns one by one. `steps` and
+    `accept_lengths` count the decoding steps, after each turn's first token (its prefill's)."""
     turns = [{"output_ids": g.output_ids, "text": target.decode(g.output_ids), "steps": len(g.steps),
               "accept_lengths": g.accept_lengths, "seconds": round(g.seconds, 4), "stop_reason": g.stop_reason,
               "prompt_tokens": len(g.prompt_ids)} for g in generations]
     tokens = sum(len(t["output_ids"]) for t in turns)
     seconds = sum(g.seconds for g in generations)
     steps = sum(t["steps"] for t in turns)
+    step_tokens = sum(sum(g.accept_lengths) for g in generations)
     return {"id": record.id,
             "output_ids": [i for t in turns for i in t["output_ids"]],
             "text": "\n\n".join(t["text"] for t in turns),
             "steps": steps,
             "accept_lengths": [a for t in turns for a in t["accept_lengths"]],
             "seconds": round(seconds, 4),
-            "tau": round(tokens / max(1, steps), 4),
+            "tau": round(step_tokens / steps, 4) if steps else 1.0,
             "tokens_per_s": round(tokens / seconds, 2) if seconds else None,
             "turns": turns}

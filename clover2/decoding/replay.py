@@ -69,9 +69,6 @@ class ReplayCache:
     def get_seq_length(self) -> int:
         return self.length
 
-    def crop(self, max_length: int) -> None:
-        self.length = max_length if max_length >= 0 else self.length + max_length
-
     def run(self, target, ids: torch.Tensor, positions: torch.Tensor, visible: torch.Tensor | None, *,
             hidden: bool = False, logits_to_keep: int = 0) -> TargetOutput:
         n, past, last = len(ids), self.length, len(self.ref.ids) - 1
@@ -102,8 +99,7 @@ def replay(target: Target, drafter: Drafter, ref: Reference) -> Generation:
     cache = ReplayCache(ref, target.config.get_text_config().vocab_size)
     with torch.inference_mode():
         for step in speculative_steps(target, drafter, gen.prompt_ids, ref.config, cache=cache):
-            gen.steps.append(replace(step, verify_s=0.0))
-            gen.output_ids.extend(step.tokens)
+            gen.add(replace(step, verify_s=0.0))
     if gen.output_ids != ref.ids[ref.prompt_len:]:  # cannot happen unless the replay itself is wrong
         raise Clover2Error("the replay committed tokens plain decoding did not: a bug in clover2.decoding.replay")
     return gen

@@ -87,11 +87,6 @@ class Union(Drafter):
             self.ranks.append([ranks[i] for i in order])
         return trie.build(order)
 
-    @property
-    def last_ranks(self) -> list[dict[str, int]]:
-        """Per node of the last draft: its rank in each source that proposed it."""
-        return self.ranks[-1] if self.ranks else []
-
     def verified(self, root, draft, logits):
         for d in self.sources.values():
             d.verified(root, draft, logits)

@@ -138,21 +138,28 @@ def interleaved(methods: list[Method], prompts: dict[str, list[int]], *, repeats
             n = len(run.output_ids)
             rows.append({"method": m.label, "tree": m.spec.tree, "temperature": m.temperature, "prompt": pid,
                          "task": (categories or {}).get(pid, ""), "repeat": r, "new_tokens": n,
-                         "seconds": run.seconds, "tokens_per_s": n / run.seconds,
+                         "seconds": run.seconds, "decode_s": run.decode_s, "tokens_per_s": n / run.seconds,
                          "speedup": (n / run.seconds) / (len(ref.output_ids) / ref.seconds),
-                         # the same without the prefill, which every method pays alike (what a fit predicts)
-                         "decode_speedup": (n / run.decode_s) / (len(ref.output_ids) / ref.decode_s),
-                         "steps": len(run.accept_lengths) if run.accept_lengths else float("nan"),
+                         # the same without the prefill (and its first token), which every method pays
+                         # alike: the speed of the decoding steps, what a fit predicts
+                         "decode_speedup": (_step_tokens(run) / run.decode_s) / (_step_tokens(ref) / ref.decode_s),
+                         "steps": len(run.accept_lengths) if run.accept_lengths is not None else float("nan"),
+                         "step_tokens": _step_tokens(run),
                          "draft_share": run.draft_s / run.seconds, "peak_mem_mb": peak, "other_load": load,
                          "identical": float(run.output_ids == ref.output_ids) if m.temperature == 0 else float("nan")})
     return pd.DataFrame(rows)
 
 
+def _step_tokens(run: Run) -> float:
+    """Tokens the decoding steps committed: all but the prefill's first (NaN where not reported)."""
+    return sum(run.accept_lengths) if run.accept_lengths is not None else float("nan")
+
+
 def summarize(df: pd.DataFrame, *, seed: int = 0, n_boot: int = 2000) -> pd.DataFrame:
     """The tidy table: one row per method x task x temperature, plus task `overall` per method.
 
-    tau counts the bonus token (tokens per target forward; the paper's convention is tau - 1,
-    given beside it); speedup is the median per-prompt ratio to plain decoding at the same
+    tau counts the bonus token (tokens per decoding step, the prefill's first token and forward
+    left out; the paper's convention is tau - 1, given beside it); speedup is the median per-prompt ratio to plain decoding at the same
     temperature, with a 95% bootstrap interval (`decode_speedup`: the median without the prefill);
     `contended` marks rows measured while other processes used more than `CONTENDED_SHARE` of the
     machine (on average over its prompts)."""
@@ -165,12 +172,12 @@ def summarize(df: pd.DataFrame, *, seed: int = 0, n_boot: int = 2000) -> pd.Data
     for method, tree, temperature, task, g in groups:
         s = g.speedup.to_numpy()
         boot = np.median(rng.choice(s, size=(n_boot, len(s))), axis=1)
-        tau = g.new_tokens.sum() / g.steps.sum() if g.steps.notna().all() else float("nan")
+        tau = g.step_tokens.sum() / g.steps.sum() if g.steps.notna().all() else float("nan")
         rows.append({"method": method, "tree": tree, "task": task, "temperature": temperature,
                      "n_prompts": g.prompt.nunique(), "n_runs": len(g), "tau": tau, "tau_minus_1": tau - 1,
                      "tokens_per_s": g.tokens_per_s.median(), "speedup": float(np.median(s)),
                      "speedup_lo": float(np.quantile(boot, 0.025)), "speedup_hi": float(np.quantile(boot, 0.975)),
-                     "decode_speedup": float(g.decode_speedup.median()) if "decode_speedup" in g else float("nan"),
+                     "decode_speedup": float(g.decode_speedup.median()),
                      "draft_share": g.draft_share.median(), "identical_frac": g.identical.mean(),
                      "peak_mem_mb": g.peak_mem_mb.max(), "other_load": g.other_load.mean(),
                      "contended": bool(g.other_load.mean() > CONTENDED_SHARE)})
@@ -186,12 +193,12 @@ def paired(df: pd.DataFrame, *, seed: int = 0, n_boot: int = 2000) -> pd.DataFra
     rows = []
     for temperature, g in df.groupby("temperature", sort=False):
         speed = g.pivot_table(index=["prompt", "repeat"], columns="method", values="tokens_per_s", sort=False)
-        sums = g.groupby("method", sort=False)[["new_tokens", "steps"]].sum(min_count=1)  # HF: no steps, NaN
+        sums = g.groupby("method", sort=False)[["step_tokens", "steps"]].sum(min_count=1)  # HF: no steps, NaN
         picks = rng.integers(0, len(speed), size=(n_boot, len(speed)))
         for a, b in itertools.permutations(speed.columns, 2):
             log_ratio = np.log(speed[a] / speed[b]).to_numpy()
             boot = np.exp(log_ratio[picks].mean(1))
-            tau = (sums.new_tokens[a] / sums.steps[a]) / (sums.new_tokens[b] / sums.steps[b])
+            tau = (sums.step_tokens[a] / sums.steps[a]) / (sums.step_tokens[b] / sums.steps[b])
             rows.append({"method": a, "versus": b, "temperature": temperature, "n_prompts": len(log_ratio),
                          "speed_ratio": float(np.exp(log_ratio.mean())), "speed_ratio_lo": float(np.quantile(boot, 0.025)),
                          "speed_ratio_hi": float(np.quantile(boot, 0.975)), "faster_on": int((log_ratio > 0).sum()),

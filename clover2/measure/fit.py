@@ -129,7 +129,7 @@ def calibrate(target: Target, model: DraftModel, prompts: Sequence[list[int]], c
         union = Union(copy_drafters(suffix) | {"model": ModelDrafter(model, big, graphs=engine == "graphs")}, calibrating=True)
         recorded = Recording(union)
         gen = generate(target, recorded, prompt, decode)
-        nodes += _node_outcomes(p, recorded.drafts, union.ranks, gen.output_ids, gen.accept_lengths)
+        nodes += _node_outcomes(p, recorded.drafts, union.ranks, gen.step_ids, gen.accept_lengths)
         steps += len(gen.steps)
         for name, s in union.seconds.items():
             seconds[name] += s

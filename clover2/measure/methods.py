@@ -4,13 +4,15 @@ into a `MethodSpec`, and the drafter each one decodes with.
 Names: `ar` (plain decoding), `pld` (prompt lookup), `suffix` (a suffix cache over everything seen),
 `tr` (Token Recycling, which takes a static tree), `hf` and `hf-pld` (Hugging Face `generate`, plain
 and with its prompt lookup; benchmark only), every draft architecture in
-`clover2.drafts.ARCHITECTURES`, `pld+ARCH` (prompt lookup where it matches, the draft
-elsewhere: one source per step) and `union+ARCH` (the suffix cache, prompt lookup and the draft in
-one tree, `clover2.decoding.union`; one source per step at temperature > 0). Draft methods take a tree: a static preset (`eagle25`, `medusa63`, `chainK`), EAGLE-2's
-dynamic tree `dynamic:BUDGET:DEPTH:TOPK`, or `fitted` (the dynamic tree, and for a union each copy
-source's budget, fitted to the machine by `clover2.measure.fit`, benchmark only). `!ENGINE` runs the target (and the draft, where it can) on
-another engine of `clover2.decoding.cache`: `!static` (a preallocated KV cache at bucketed shapes)
-or `!graphs` (the same, replayed as CUDA graphs on a GPU); without it, the eager reference.
+`clover2.drafts.ARCHITECTURES`, `pld+ARCH` and `suffix+ARCH` (prompt lookup, or the suffix cache,
+where it proposes something, the draft elsewhere: one source per step) and `union+ARCH` (the suffix
+cache, prompt lookup and the draft in one tree, `clover2.decoding.union`; one source per step at
+temperature > 0). Draft methods take a tree: a static preset (`eagle25`, `medusa63`, `chainK`),
+EAGLE-2's dynamic tree `dynamic:BUDGET:DEPTH:TOPK`, or `fitted` (the dynamic tree, and for a union
+each copy source's budget, fitted to the machine by `clover2.measure.fit`, benchmark only).
+`!ENGINE` runs the target (and the draft, where it can) on another engine of
+`clover2.decoding.cache`: `!static` (a preallocated KV cache at bucketed shapes) or `!graphs` (the
+same, replayed as CUDA graphs on a GPU); without it, the eager reference.
 """
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ from clover2.measure.fit import Fitted, copy_drafters
 
 BASELINES: dict[str, type[Drafter]] = {"ar": NoDrafter, "pld": PromptLookupDrafter}  # drafters without a model
 HF_METHODS = ("hf", "hf-pld")  # Hugging Face generate, for reference
-HYBRIDS = tuple(f"pld+{arch}" for arch in ARCHITECTURES)  # prompt lookup, else the draft
+# a copy source where it proposes something, else the draft: name -> the copy source
+HYBRIDS = {f"{copy}+{arch}": copy for copy in ("pld", "suffix") for arch in ARCHITECTURES}
 UNIONS = tuple(f"union+{arch}" for arch in ARCHITECTURES)  # copying and the draft in one tree
 TREE_METHODS = (*ARCHITECTURES, *HYBRIDS, *UNIONS, "tr")  # the names that take a tree
 DEFAULT_TREE = "eagle25"
@@ -69,7 +72,7 @@ class MethodSpec:
         if bang and name in HF_METHODS:
             raise Clover2Error(f"{spec!r}: Hugging Face generate runs its own engine; '!{engine}' is for clover2's loop")
         if tree and name not in TREE_METHODS:
-            raise Clover2Error(f"{spec!r}: only draft methods ({', '.join(ARCHITECTURES)}, pld+ARCH, union+ARCH) "
+            raise Clover2Error(f"{spec!r}: only draft methods ({', '.join(ARCHITECTURES)}, pld+ARCH, suffix+ARCH, union+ARCH) "
                                "and tr take a tree")
         if name == "tr" and tree and (tree == "fitted" or tree.startswith("dynamic")):
             raise Clover2Error(f"{spec!r}: Token Recycling reads a static tree (a preset such as eagle25 or chainK)")
@@ -144,16 +147,19 @@ def drafter_factory(spec: MethodSpec, target: Target, *, draft: DraftModel | Non
 def fitted_factory(spec: MethodSpec, model: DraftModel, fitted: Fitted | None,
                    sampling: SamplingConfig = SamplingConfig()) -> Callable[[], Drafter]:
     """The drafters of a `@fitted` method: the draft's fitted tree (and, for a union, the copy
-    sources' fitted budgets); where nothing was predicted to pay, plain decoding (prompt lookup
-    alone for `pld+ARCH`)."""
+    sources' fitted budgets); where nothing was predicted to pay, plain decoding (the copy source
+    alone for a hybrid such as `pld+ARCH`)."""
+    if fitted is None and spec.name in HYBRIDS:
+        suffix = SuffixCache()  # as `suffix`, it remembers earlier generations
+        return lambda: copy_drafters(suffix)[HYBRIDS[spec.name]]
     if fitted is None:
-        return PromptLookupDrafter if spec.name in HYBRIDS else NoDrafter
+        return NoDrafter
     return _combined(spec, model, fitted.tree, dict(fitted.copy), sampling)
 
 
 def _combined(spec: MethodSpec, model: DraftModel, tree: Tree | DynamicTree | None, copy_budgets: dict[str, int] | None,
               sampling: SamplingConfig) -> Callable[[], Drafter]:
-    """The draft alone, prompt lookup then the draft, or the union of the copy drafters and the draft
+    """The draft alone, a copy source then the draft (a hybrid), or the union of the copy drafters and the draft
     (`tree` None: the draft proposes nothing; `copy_budgets`: the copy sources used and their node
     budgets, the others left out; None: every copy source with all its nodes)."""
     graphs, suffix = spec.engine == "graphs", SuffixCache()  # as `suffix`, it remembers earlier generations
@@ -162,9 +168,9 @@ def _combined(spec: MethodSpec, model: DraftModel, tree: Tree | DynamicTree | No
         return {} if tree is None else {"model": ModelDrafter(model, tree, sampling, graphs=graphs)}
 
     def sources() -> dict[str, Drafter]:
-        if spec.name in HYBRIDS:
-            return {"pld": PromptLookupDrafter()} | own()
         copies = copy_drafters(suffix)
+        if spec.name in HYBRIDS:
+            return {HYBRIDS[spec.name]: copies[HYBRIDS[spec.name]]} | own()
         return {k: d for k, d in copies.items() if copy_budgets is None or copy_budgets.get(k)} | own()
     if spec.name in ARCHITECTURES:
         return (lambda: own()["model"]) if tree is not None else NoDrafter

@@ -18,6 +18,7 @@ from clover2.decoding.tree import EAGLE_25, Tree
 from clover2.decoding.verify import accepted_nodes
 from clover2.drafts.base import BORROWED, DraftModel, TreeAttention
 from clover2.drafts.drafter import ModelDrafter
+from clover2.errors import Clover2Error
 
 
 def parameter_table(model: DraftModel, target: Target) -> pd.DataFrame:
@@ -39,9 +40,13 @@ def trace_step(target: Target, model: DraftModel, prompt_ids: Sequence[int], *, 
     nodes the target accepted."""
     recorder = Recording(ModelDrafter(model, tree))
     with torch.inference_mode():
-        for k, s in enumerate(speculative_steps(target, recorder, prompt_ids, DecodeConfig(max_new_tokens=8 * step + 64))):
+        steps = speculative_steps(target, recorder, prompt_ids, DecodeConfig(max_new_tokens=8 * step + 64))
+        s = next(steps)  # the prefill, which drafts nothing
+        for k, s in enumerate(steps, start=1):
             if (k >= step and len(s.tokens) > 1) or s.stop:
                 break
+    if not recorder.drafts:
+        raise Clover2Error("the target stopped at its first token: nothing was drafted")
     draft = recorder.drafts[-1]
     # the committed tokens but the bonus: exactly the draft nodes the target accepted, root first
     accepted = [0] + [i for i, ok in enumerate(accepted_nodes(draft, s.tokens[:-1]), start=1) if ok]
@@ -97,7 +102,7 @@ def component_costs(target: Target, model: DraftModel, prompt_ids: Sequence[int]
     rows = []
     with torch.inference_mode():
         tcache = target.new_cache()
-        hidden = prefill(target, tcache, prompt[:-1], hidden=True)
+        hidden = prefill(target, tcache, prompt[:-1], hidden=True).hidden[0]
         one = torch.tensor([[prompt[-1]]], device=target.device)
         pos = torch.tensor([[len(prompt) - 1]], device=target.device)
         mask = torch.zeros(1, 1, 1, len(prompt), dtype=target.dtype, device=target.device)

@@ -229,7 +229,7 @@ class Study:
             model = load_draft(models[v], self.target)
             for p, ((task, _), ref) in enumerate(zip(prompts, tqdm(refs, desc=f"tau {v}", unit="prompt"))):
                 g = replay(self.target, ModelDrafter(model, shape, graphs=engine == "graphs"), ref)
-                rows.append({"variant": v, "prompt": p, "task": task, "tokens": len(g.output_ids), "steps": len(g.steps)})
+                rows.append({"variant": v, "prompt": p, "task": task, "tokens": sum(g.accept_lengths), "steps": len(g.steps)})
         df = pd.DataFrame(rows)
         per_task = df.groupby(["variant", "task"], sort=False)[["tokens", "steps"]].sum().reset_index()
         overall = df.groupby("variant", sort=False)[["tokens", "steps"]].sum().reset_index().assign(task="overall")
