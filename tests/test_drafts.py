@@ -10,6 +10,7 @@ from conftest import VOCAB, hf_greedy
 from test_decode_exact import PROMPTS
 
 from clover2.decoding.decode import DecodeConfig, generate
+from clover2.decoding.drafter import Recording
 from clover2.decoding.tree import EAGLE_25, preset
 from clover2.drafts import ARCHITECTURES, build_draft
 from clover2.drafts.config import DraftConfig
@@ -122,6 +123,35 @@ def test_training_logits_equal_decoding_logits(tiny, arch):
             taught = [model.logits(o)[0, t] for o in model(h, ids.roll(-1, 1))[: depth + 1]]
     for d, (a, b) in enumerate(zip(decoded, taught)):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4, msg=f"{arch} depth {d}")
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_decode_time_acceptance_equals_teacher_forced_accuracy(tiny, arch):
+    """Decoding with a 1-node tree proposes, at every step, the draft's teacher-forced head-0 prediction
+    at that position of the finished sequence, so the tree's acceptance while decoding is exactly the
+    teacher-forced top-1 against the target's own tokens (what the training log measures). Any
+    train/decode mismatch (features shifted by a position, a stale draft cache, the prefill's hidden
+    states handed over wrongly) breaks the equality."""
+    torch.manual_seed(2)
+    model = build_draft(DraftConfig.for_arch(arch, num_heads=2), tiny).eval()
+    with torch.no_grad():
+        for p in model.parameters():  # move off the near-identity start, so that every part matters
+            p.add_(0.02 * torch.randn_like(p))
+    prompt = PROMPTS[1]
+    recorded = Recording(ModelDrafter(model, preset("chain1")))
+    gen = generate(tiny, recorded, prompt, DecodeConfig(max_new_tokens=MAX_NEW))
+    ids = torch.tensor([prompt + gen.output_ids])
+    n = ids.shape[1]
+    with torch.no_grad():
+        h = tiny.forward(ids, torch.arange(n)[None], tiny.causal_mask(n), tiny.new_cache(), hidden=True).hidden
+        taught = model.d2t[model.logits(model(h, ids.roll(-1, 1))[0])[0].argmax(-1)]  # position t: token t + 2
+    # step k's root is the last committed token: after the prompt, the prefill's token and the steps before
+    roots = [len(prompt) + sum(gen.accept_lengths[:k]) for k in range(len(gen.steps))]
+    proposed = [int(d.tokens[0]) for d in recorded.drafts]
+    assert proposed == [int(taught[r - 1]) for r in roots], arch
+    hits = [p == int(ids[0, r + 1]) for p, r in zip(proposed, roots)]
+    assert [n == 2 for n in gen.accept_lengths[:-1]] == hits[:-1]  # accepted exactly where teacher forcing is right
+    assert len(set(proposed)) > 1  # the draft is not stuck on one token
 
 
 def test_draft_vocabulary_keeps_only_its_rows(tiny):
