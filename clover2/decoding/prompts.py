@@ -81,14 +81,13 @@ def conversation_json(target: Target, record: PromptRecord, generations: list[Ge
               "prompt_tokens": len(g.prompt_ids)} for g in generations]
     tokens = sum(len(t["output_ids"]) for t in turns)
     seconds = sum(g.seconds for g in generations)
-    steps = sum(t["steps"] for t in turns)
-    step_tokens = sum(sum(g.accept_lengths) for g in generations)
+    lengths = [a for t in turns for a in t["accept_lengths"]]
     return {"id": record.id,
             "output_ids": [i for t in turns for i in t["output_ids"]],
             "text": "\n\n".join(t["text"] for t in turns),
-            "steps": steps,
-            "accept_lengths": [a for t in turns for a in t["accept_lengths"]],
+            "steps": len(lengths),
+            "accept_lengths": lengths,
             "seconds": round(seconds, 4),
-            "tau": round(step_tokens / steps, 4) if steps else 1.0,
+            "tau": round(sum(lengths) / len(lengths), 4) if lengths else 1.0,
             "tokens_per_s": round(tokens / seconds, 2) if seconds else None,
             "turns": turns}

@@ -159,10 +159,10 @@ def summarize(df: pd.DataFrame, *, seed: int = 0, n_boot: int = 2000) -> pd.Data
     """The tidy table: one row per method x task x temperature, plus task `overall` per method.
 
     tau counts the bonus token (tokens per decoding step, the prefill's first token and forward
-    left out; the paper's convention is tau - 1, given beside it); speedup is the median per-prompt ratio to plain decoding at the same
-    temperature, with a 95% bootstrap interval (`decode_speedup`: the median without the prefill);
-    `contended` marks rows measured while other processes used more than `CONTENDED_SHARE` of the
-    machine (on average over its prompts)."""
+    left out; the paper's convention is tau - 1, given beside it); speedup is the median per-prompt
+    ratio to plain decoding at the same temperature, with a 95% bootstrap interval
+    (`decode_speedup`: the median without the prefill); `contended` marks rows measured while other
+    processes used more than `CONTENDED_SHARE` of the machine (on average over its prompts)."""
     rng = np.random.default_rng(seed)
     keys = ["method", "tree", "temperature"]
     groups = [(*k, "overall", g) for k, g in df.groupby(keys, sort=False)]
