@@ -104,8 +104,10 @@ def _parser() -> argparse.ArgumentParser:
     s = sub.add_parser("train", help="train a draft on prepared data (torchrun for several processes)")
     s.add_argument("--profile", help=PROFILE_HELP)
     s.add_argument("--arch", required=True, choices=_architectures())
-    s.add_argument("--data", type=Path, help="data folder (default: $CLOVER2_CACHE/data/<profile>); "
-                                             "held-out evaluation reads DATA-eval where it exists")
+    s.add_argument("--data", type=Path, action="append",
+                   help="data folder (default: $CLOVER2_CACHE/data/<profile>); repeat it to train on a mix; "
+                        "held-out evaluation reads --eval, else the first DATA-eval where it exists")
+    s.add_argument("--eval", type=Path, help="held-out data folder (default: DATA-eval)")
     s.add_argument("--out", type=Path, help="draft folder (default: $CLOVER2_CACHE/drafts/<profile>/<arch>)")
     s.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                    help="override a draft config field (the ablations), e.g. extraction=after")
@@ -281,10 +283,10 @@ def _train(args):
         train_config = replace(train_config, max_steps=args.max_steps)
     rank, _ = setup_distributed()
     target = profile.load_target()
-    data = args.data or cache_root() / "data" / profile.name
+    data = args.data or [cache_root() / "data" / profile.name]
     out = args.out or cache_root() / "drafts" / profile.name / args.arch
-    held = data.with_name(data.name + "-eval")
-    metrics = train(target, data, out, draft_config, train_config, eval_dir=held if held.exists() else None)
+    held = data[0].with_name(data[0].name + "-eval")
+    metrics = train(target, data, out, draft_config, train_config, eval_dir=args.eval or (held if held.exists() else None))
     if rank == 0:
         print(json.dumps({"out": str(out), **{k: round(v, 4) for k, v in metrics.items()}}))
 

@@ -143,3 +143,49 @@ def test_a_mix_holds_both_sources_and_weights_the_targets_own_answers(tiny, tmp_
     epoch = epoch_sequences(idx, data.source, 3)
     assert all(epoch.count(i) == (3 if data.source[i] == "self" else 1) for i in idx)
     assert len(epoch) == len(idx) + 2 * 3
+
+
+@pytest.mark.slow
+def test_task_splits_are_disjoint_and_training_prompts_never_bench_or_dev():
+    """Every built-in task's records fall in exactly one split for good; the dev split has at least
+    3 records per task; the training prompts hold no benchmark or dev record, by id or by text."""
+    from clover2.measure.tasks import SPLITS, TASKS, load_task, training_prompts
+
+    held = set()
+    for name, task in TASKS.items():
+        records = task()
+        parts = {s: load_task(name, split=s) for s in SPLITS}
+        ids = [r.id for part in parts.values() for r in part]
+        assert sorted(ids) == sorted(r.id for r in records) and len(set(ids)) == len(ids)
+        assert len(parts["dev"]) >= 3 and load_task(name) == parts["bench"]
+        assert load_task(name, 2, seed=1, split="dev") == load_task(name, 2, seed=1, split="dev")
+        held |= {t for s in ("bench", "dev") for r in parts[s] for t in r.turns}
+    train = training_prompts()
+    assert len(train) > 300 and not held & {t for r in train for t in r.turns}
+    with pytest.raises(Exception, match="unknown split"):
+        load_task("qa", split="test")
+
+
+def test_held_out_set_answers_each_tasks_dev_prompts(tiny, tmp_path, monkeypatch):
+    """The held-out set: the target's own answers to held-out ShareGPT prompts and to `dev_per_task`
+    dev prompts of each task, one category per shard; training data takes the tasks' train prompts."""
+    import clover2.training.data as data_mod
+    from clover2.decoding.prompts import PromptRecord
+
+    def load_task(name, n, seed, *, split):
+        return [PromptRecord(id=f"{name}-{split}-{i}", turns=(f"{split} {name} {i}",), category=name) for i in range(n)]
+
+    monkeypatch.setattr(data_mod, "load_task", load_task)
+    monkeypatch.setattr(data_mod, "training_prompts", lambda: load_task("qa", 3, 0, split="train"))
+    _char_chat(tiny, monkeypatch)
+    chat = [[{"role": "user", "content": f"question {i}"}, {"role": "assistant", "content": "answer"}] for i in range(9)]
+    config = DataConfig(tokens=0, conversations=2, task_prompts=True, eval_conversations=3, dev_per_task=2,
+                        max_tokens=40, pack_tokens=80, max_new_tokens=3, shard_conversations=4, top_k=4)
+    prepare_data(tiny, chat, tmp_path / "eval", config.held_out_set())
+    held = DistillData(tmp_path / "eval")
+    assert held.category == [t for t in data_mod.SPEC_BENCH_TASKS for _ in range(2)] + ["sharegpt"] * 3
+    first = held.shards[0]["ids"][: int(held.shards[0]["offsets"][1])].tolist()
+    assert bytes(x for x in first).find(b"") == 0 and set(held.source) == {"self"}
+    prepare_data(tiny, chat, tmp_path / "train", config)
+    assert DistillData(tmp_path / "train").category == ["qa"] * 3 + ["sharegpt"] * 2
+    assert json.loads((tmp_path / "train" / "meta.json").read_text())["answer_tokens_per_s"] > 0

@@ -198,7 +198,7 @@ def test_incomplete_data_is_refused(tmp_path):
         DistillData(tmp_path)
 
 
-@pytest.mark.parametrize("schedule, end", [("constant", 1.0), ("linear", 0.0), ("cosine", 0.0)])
+@pytest.mark.parametrize("schedule, end", [("constant", 1.0), ("linear", 0.0), ("cosine", 0.0), ("wsd", 0.0)])
 def test_learning_rate_warms_up_then_follows_its_schedule(schedule, end):
     cfg = TrainConfig(warmup_steps=10, schedule=schedule)
     factors = [cfg.lr_factor(s, 100) for s in range(100)]
@@ -219,3 +219,60 @@ def test_keep_best_saves_the_draft_of_the_lowest_held_out_loss(target, data, tmp
     train(target, data, tmp_path / "d", DraftConfig(num_heads=2), cfg)
     meta = json.loads((tmp_path / "d" / "draft.json").read_text())
     assert meta["best_step"] == 4 and meta["eval"]["loss"] == 1.0
+
+
+def test_wsd_holds_the_rate_then_decays_over_the_last_share():
+    cfg = TrainConfig(warmup_steps=10, schedule="wsd", decay_share=0.25)
+    factors = [cfg.lr_factor(s, 100) for s in range(100)]
+    assert factors[10:75] == [1.0] * 65 and 0 < factors[80] < 1 and factors[99] == 0.0
+
+
+def test_snapshots_are_loadable_drafts_of_their_step(target, data, tmp_path):
+    """Each snapshot step leaves the draft of that moment with its evaluation: a learning curve's points."""
+    cfg = replace(CFG, max_steps=6, eval_every=6, snapshots=(2, 4))
+    train(target, data, tmp_path / "d", DraftConfig(num_heads=2), cfg)
+    lines = [json.loads(x) for x in (tmp_path / "d" / "metrics.jsonl").read_text().splitlines()]
+    assert [x["step"] for x in lines] == [2, 4, 6]
+    for step in (2, 4):
+        folder = tmp_path / "d" / "snapshots" / f"step_{step:06d}"
+        meta = json.loads((folder / "draft.json").read_text())
+        assert meta["train_state"]["step"] == step and meta["eval"]["loss"] == lines[step // 2 - 1]["eval_loss"]
+        load_draft(folder, target)
+    two, four = (load_file(tmp_path / "d" / "snapshots" / f"step_{s:06d}" / "draft.safetensors") for s in (2, 4))
+    assert any(not torch.equal(two[k], four[k]) for k in two)
+
+
+def test_held_out_accuracy_per_category_pools_every_answer_token(target, data):
+    """The per-category head-0 top-1 is the share of answer tokens where the draft's argmax is the
+    target's top-1, pooled over the whole held-out set (computed here by hand)."""
+    torch.manual_seed(0)
+    model = build_draft(DraftConfig.for_arch("clover2", num_heads=2), target)
+    d = DistillData(data)
+    idx = d.split(0.5)[1]
+    ev = train_mod.evaluate(model, d, idx, torch.arange(VOCAB), replace(CFG, eval_batches=0), target.device)
+    batch = d.batch(idx, max_len=CFG.max_len, t2d=torch.arange(VOCAB))
+    with torch.no_grad():
+        pred = model.logits(model(batch.h, batch.next_ids)[0][:, :-1]).argmax(-1)
+    mask = batch.mask[:, 1:]
+    hits = (pred == batch.topk_ids[:, 1:, 0]) & mask
+    assert ev["sharegpt_head0_top1"] == pytest.approx(float(hits.sum() / mask.sum()))
+    assert ev["sharegpt_tokens"] == mask.sum() and ev["sharegpt_in_vocab"] == 1.0
+    copied = torch.from_numpy(d.copied(idx, mask.shape[1] + 1))[:, 1:] & mask
+    assert ev["sharegpt_copied"] == pytest.approx(float(copied.sum() / mask.sum()))
+    assert ev["sharegpt_top1_copied"] == pytest.approx(float((hits & copied).sum() / copied.sum().clamp(min=1)))
+
+
+def test_repeats_marks_tokens_that_end_a_seen_four_gram():
+    from clover2.training.data import repeats
+
+    assert repeats([1, 2, 3, 4, 9, 1, 2, 3, 4, 5, 2, 3, 4, 9]).tolist() == [False] * 8 + [True] + [False] * 4 + [True]
+
+
+def test_a_mix_of_folders_serves_both_and_refuses_two_targets(target, data, tmp_path):
+    other = fake_data(tmp_path / "o", target, seqs=6, seed=1)
+    mix = DistillData(data, other)
+    assert len(mix.sequences) == len(DistillData(data).sequences) + 6 and mix.hash not in (mix.meta["hash"],)
+    assert torch.equal(mix.batch([len(mix.sequences) - 1], max_len=32, t2d=torch.arange(VOCAB)).h,
+                       DistillData(other).batch([5], max_len=32, t2d=torch.arange(VOCAB)).h)
+    with pytest.raises(Clover2Error, match="cannot be mixed"):
+        DistillData(data, fake_data(tmp_path / "q", tiny_target("qwen2"), seqs=2))

@@ -2,13 +2,19 @@
 
 Each task is a small loader returning `PromptRecord`s (chat conversations) with the task's name as
 their category; `load_task(name, n, seed)` takes a seeded sample of n of them.
+
+Every built-in task's records are split for good by a hash of their ids (`in_split`): `bench`
+(about three in five: what the benchmark and the tree fit sample), `dev` (one in five: the held-out
+prompts that drafts are measured on while they train) and `train` (one in five: prompts the target
+answers for the training data, beside `training_prompts`' other sources of each task's kind). No
+record is ever in two splits, whatever the benchmark's sample size or seed.
 """
 
 from __future__ import annotations
 
 import gzip
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -17,7 +23,10 @@ import numpy as np
 from clover2.decoding.prompts import PromptRecord, read_prompts
 from clover2.decoding.target import cache_root
 from clover2.errors import Clover2Error
+from clover2.files import stable_hash
 from clover2.wheels import wheel_file
+
+SPLITS = ("bench", "dev", "train")
 
 
 def _packaged(package: str, version: str, member: str) -> bytes:
@@ -64,7 +73,7 @@ def translation() -> list[PromptRecord]:
     rows = _jsonl(_packaged(*EVALS, "evals/registry/data/manga-translation/pages.jsonl"))
     return [PromptRecord(id=f"translation-{i}", category="translation",
                          turns=(f"Translate the following Japanese text into English.\n\n{r['input'][-1]['content']}",))
-            for i, r in enumerate(rows)]
+            for i, r in enumerate(rows) if r["input"][-1]["content"].strip()]  # a few pages hold no text
 
 
 def _coqa_passages() -> list[tuple[str, str]]:
@@ -107,17 +116,51 @@ TASKS: dict[str, Callable[[], list[PromptRecord]]] = {
 SPEC_BENCH_TASKS = ("mt_bench", "translation", "summarization", "qa", "gsm8k", "rag")  # Spec-Bench's six
 
 
+def in_split(records: Sequence[PromptRecord], split: str) -> list[PromptRecord]:
+    """A built-in task's records of one split, in their order. Ranked by a hash of their turns (so
+    that records asking the same thing share a split), the first fifth (at least 3) are `dev` and
+    the next fifth `train` (none in a task of under 50, whose training prompts come from
+    elsewhere); the rest are `bench`."""
+    rank = {r.id: k for k, r in enumerate(sorted(records, key=lambda r: (stable_hash(r.turns), r.id)))}
+    n_dev, n_train = max(3, len(records) // 5), len(records) // 5 if len(records) >= 50 else 0
+    def split_at(k: int) -> str:
+        return "dev" if k < n_dev else "train" if k < n_dev + n_train else "bench"
+    return [r for r in records if split_at(rank[r.id]) == split]
+
+
+def summaries_to_write() -> list[PromptRecord]:
+    """Passages of OpenAI evals' text_compression set (Wikipedia, essays, news) of at least 600
+    characters, to summarize as the summarization task asks: training prompts of its kind, since
+    its own 14 chapters are too few to train on."""
+    rows = _jsonl(_packaged(*EVALS, "evals/registry/data/text_compression/samples.jsonl"))
+    return [PromptRecord(id=f"summarize-{i}", category="summarization",
+                         turns=(f"Summarize the following text in one paragraph.\n\n{r['text'].strip()}",))
+            for i, r in enumerate(rows) if len(r["text"]) >= 600]
+
+
+def training_prompts(tasks: Sequence[str] = SPEC_BENCH_TASKS) -> list[PromptRecord]:
+    """Prompts of the tasks' kinds for the target to answer as training data: each task's `train`
+    split, and for summarization the text_compression passages too. Never a `bench` or `dev` record."""
+    out = [r for t in tasks for r in in_split(TASKS[t](), "train")]
+    return out + (summaries_to_write() if "summarization" in tasks else [])
+
+
 def benchmark_texts() -> list[str]:
     """Every turn of every task's prompts: text the training data must never contain."""
     return [turn for task in TASKS.values() for record in task() for turn in record.turns]
 
 
-def load_task(name: str, n: int | None = None, seed: int = 0) -> list[PromptRecord]:
-    """A seeded sample of `n` records of a task (all of them when `n` is None), or of a JSONL prompts
-    file such as Spec-Bench's `question.jsonl`: there, `n` per category, each keeping its category."""
+def load_task(name: str, n: int | None = None, seed: int = 0, *, split: str = "bench") -> list[PromptRecord]:
+    """A seeded sample of `n` records of a built-in task's `split` (all of them when `n` is None), or
+    of a JSONL prompts file such as Spec-Bench's `question.jsonl` (all of it is `bench`): there, `n`
+    per category, each keeping its category."""
+    if split not in SPLITS:
+        raise Clover2Error(f"unknown split {split!r}; known: {', '.join(SPLITS)}")
     if name in TASKS:
-        records = TASKS[name]()
+        records = in_split(TASKS[name](), split)
     elif Path(name).suffix == ".jsonl":
+        if split != "bench":
+            raise Clover2Error(f"{name}: a prompts file has no {split} split (it is all benchmark)")
         records = [r if r.category else replace(r, category=Path(name).stem) for r in read_prompts(name)]
     else:
         raise Clover2Error(f"unknown task {name!r}; known: {', '.join(TASKS)}, or a prompts .jsonl file")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
 import seaborn as sns
 
@@ -105,5 +106,27 @@ def fit_heatmap(fit: pd.DataFrame, *, title: str = ""):
     ax.set_xlabel("node budget (draft tokens per step)")
     ax.set_ylabel("depth")
     ax.set_title(title + ("" if best.predicted_speedup > 1 else " (no tree beats plain decoding)"))
+    fig.tight_layout()
+    return fig
+
+
+def learning_curves(taus: pd.DataFrame, fits: pd.DataFrame | None = None, *, title: str = ""):
+    """Greedy tau at each snapshot of each draft's long run, against answer tokens seen (left) and
+    training seconds (right), both on log axes; with `fits` (from `curves.extrapolate`), each
+    draft's fitted line tau - 1 = a + b ln(tokens) on the left, dashed."""
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
+    palette = dict(zip(taus.draft.unique(), sns.color_palette("tab10")))
+    for ax, axis, label in ((axes[0], "seen_tokens", "answer tokens seen"), (axes[1], "train_seconds", "training seconds")):
+        sns.lineplot(data=taus, x=axis, y="tau", hue="draft", palette=palette, marker="o", ax=ax, legend=ax is axes[0])
+        ax.set_xscale("log")
+        ax.set_xlabel(label + " (log scale)")
+    for _, f in (fits.iterrows() if fits is not None else ()):
+        x0 = taus[taus.draft == f.draft].seen_tokens.min()
+        xs = np.geomspace(x0, f.last_seen_tokens, 20)
+        slope = f.slope_per_decade / np.log(10)
+        axes[0].plot(xs, f.fit_at_last + slope * np.log(xs / f.last_seen_tokens), ls="--", lw=1, color=palette[f.draft])
+    axes[0].set_ylabel("tau (tokens per step)")
+    if title:
+        fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     return fig

@@ -28,18 +28,16 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import yaml
-from tqdm.auto import tqdm
 
 from clover2.decoding.decode import DecodeConfig
 from clover2.decoding.prompts import first_turn_ids
-from clover2.decoding.replay import plain_reference, replay
 from clover2.decoding.target import Target
 from clover2.drafts.checkpoint import SIDECAR, load_draft
-from clover2.drafts.drafter import ModelDrafter
 from clover2.errors import Clover2Error
 from clover2.files import atomic_path, jsonable, same_config, stable_hash, write_json, write_text
+from clover2.measure.acceptance import references, replayed_steps
 from clover2.measure.bench import run_bench
-from clover2.measure.methods import MethodSpec, parse_tree
+from clover2.measure.methods import MethodSpec
 from clover2.measure.provenance import code_version, commit, machine
 from clover2.measure.tasks import benchmark_texts, load_task
 from clover2.paths import cache_root, results_root
@@ -222,15 +220,9 @@ class Study:
         records = [r for t in (tasks or self.profile.bench.tasks) for r in load_task(t, n_per_task)]
         prompts = [(r.category, first_turn_ids(self.target, r)) for r in records]
         engine = self.profile.study.engine
-        config, shape, rows = DecodeConfig(max_new_tokens=max_new_tokens, engine=engine), parse_tree(tree), []
         models = {v: self.draft(v) for v in variants}  # trained first, outside the replays
-        refs = [plain_reference(self.target, ids, config) for _, ids in tqdm(prompts, desc="plain decoding", unit="prompt")]
-        for v in variants:
-            model = load_draft(models[v], self.target)
-            for p, ((task, _), ref) in enumerate(zip(prompts, tqdm(refs, desc=f"tau {v}", unit="prompt"))):
-                g = replay(self.target, ModelDrafter(model, shape, graphs=engine == "graphs"), ref)
-                rows.append({"variant": v, "prompt": p, "task": task, "tokens": sum(g.accept_lengths), "steps": len(g.steps)})
-        df = pd.DataFrame(rows)
+        refs = references(self.target, prompts, DecodeConfig(max_new_tokens=max_new_tokens, engine=engine))
+        df = replayed_steps(self.target, models, prompts, refs, trees=[tree], engine=engine).rename(columns={"draft": "variant"})
         per_task = df.groupby(["variant", "task"], sort=False)[["tokens", "steps"]].sum().reset_index()
         overall = df.groupby("variant", sort=False)[["tokens", "steps"]].sum().reset_index().assign(task="overall")
         reference = "clover2" if "clover2" in variants else variants[0]

@@ -6,9 +6,11 @@ Two sources, one format:
   are*, human questions and the original answers, rendered with the target's chat template. Whole
   conversations are packed into long forwards (a block-diagonal causal mask keeps them apart, and
   positions restart per conversation), so labelling costs one prefill per token;
-- `self`: the target answers ShareGPT prompts itself (greedy, batched), then the same labelling.
-  A decode per token: several times dearer, but exactly the decoding distribution (the held-out
-  evaluation set is made this way).
+- `self`: the target answers prompts itself (greedy, batched), then the same labelling: ShareGPT
+  first turns and, with `task_prompts`, prompts of the benchmark tasks' kinds (their `train` splits,
+  `clover2.measure.tasks.training_prompts`). A decode per token: several times dearer, but exactly
+  the decoding distribution. The held-out set is made this way, from held-out ShareGPT prompts and
+  each task's `dev` split, so that it measures per task what decoding will accept.
 
 Per token of every conversation a shard stores:
 
@@ -22,8 +24,8 @@ Per token of every conversation a shard stores:
   small, and the soft-label loss is taken over those k tokens;
 - `response` (bool): whether the token belongs to an answer, with its end-of-turn markup (the loss mask).
 
-Shards hold a fixed number of conversations, are written under a temporary name and renamed into
-place, and are skipped when they exist: an interrupted run resumes where it stopped. `meta.json`
+Shards hold a fixed number of conversations of one source and one category (`sharegpt` or a task's
+name), are written under a temporary name and renamed into place, and are skipped when they exist: an interrupted run resumes where it stopped. `meta.json`
 records the target's identity, a hash of the data and the labelling throughput; checkpoints keep
 the hash.
 """
@@ -44,6 +46,7 @@ from tqdm.auto import tqdm
 from clover2.decoding.target import Target
 from clover2.errors import Clover2Error
 from clover2.files import atomic_path, same_config, stable_hash, write_json
+from clover2.measure.tasks import SPEC_BENCH_TASKS, load_task, training_prompts
 
 SOURCES = ("corpus", "self")  # conversations as they are; the target's own answers
 ARRAYS = ("ids", "hidden", "topk_ids", "topk_logp", "response")
@@ -62,12 +65,14 @@ class Batch:
 @dataclass(frozen=True)
 class DataConfig:
     """A data set of the two sources, either or both: `tokens` of conversations as they are (the
-    official recipe) and `conversations` answered by the target itself (mixed in by `TrainConfig.self_weight`)."""
+    official recipe) and prompts answered by the target itself (`conversations` from ShareGPT and
+    `task_prompts`; mixed in by `TrainConfig.self_weight`)."""
 
     tokens: int = 1_000_000  # corpus: conversations in seeded order until this many tokens are labelled (0: none)
     max_tokens: int = 1024  # each conversation's first tokens (the most a draft trains on)
     pack_tokens: int = 2048  # tokens per labelling forward (whole conversations, packed)
     conversations: int = 0  # self: ShareGPT prompts the target answers (0: none)
+    task_prompts: bool = False  # self: also every prompt of the benchmark tasks' kinds (their train splits and more)
     turns: int = 1  # self: user turns per conversation (later turns follow the target's own answers)
     max_prompt_tokens: int = 384  # self: conversations whose first prompt is longer are skipped
     max_new_tokens: int = 192  # self: cap on each answer
@@ -76,21 +81,26 @@ class DataConfig:
     shard_conversations: int = 128  # conversations per shard (the unit of resumption)
     seed: int = 0  # shuffles the corpus before taking conversations
     eval_conversations: int = 64  # held-out set: the target's own answers to this many prompts never trained on
+    dev_per_task: int = 0  # held-out set: and to this many prompts of each benchmark task's dev split
+    held_out: bool = False  # this config describes the held-out set (`held_out_set`), not training data
 
     def __post_init__(self):
         for name in ("max_tokens", "pack_tokens", "turns", "max_prompt_tokens", "max_new_tokens", "batch_size",
                      "top_k", "shard_conversations", "eval_conversations"):
             if getattr(self, name) < 1:
                 raise Clover2Error(f"data config: {name} must be >= 1, got {getattr(self, name)}")
-        if self.tokens < 0 or self.conversations < 0 or not (self.tokens or self.conversations):
-            raise Clover2Error(f"data config: tokens (corpus) or conversations (self) must be > 0: {self}")
+        if min(self.tokens, self.conversations, self.dev_per_task) < 0 or \
+                not (self.tokens or self.conversations or self.task_prompts):
+            raise Clover2Error(f"data config: tokens (corpus), conversations or task_prompts (self) must be set: {self}")
         if self.pack_tokens < self.max_tokens:
             raise Clover2Error(f"data config: pack_tokens ({self.pack_tokens}) must hold one conversation "
                                f"of max_tokens ({self.max_tokens})")
 
     def held_out_set(self) -> DataConfig:
-        """The held-out set's config: the target's own answers to `eval_conversations` first turns."""
-        return replace(self, tokens=0, conversations=self.eval_conversations, turns=1)
+        """The held-out set's config: the target's own answers to `eval_conversations` first turns
+        and to `dev_per_task` dev prompts of each benchmark task."""
+        return replace(self, tokens=0, conversations=self.eval_conversations, turns=1, task_prompts=False,
+                       held_out=True)
 
 
 def held_out(conversation: list[dict]) -> bool:
@@ -134,19 +144,22 @@ def prepare_data(target: Target, corpus: list[list[dict]], out: Path, config: Da
         if meta.get("complete"):
             return meta
     S = config.shard_conversations
-    shards = [(source, items[i:i + S]) for source, items in zip(SOURCES, _choose(target, corpus, config))
-              for i in range(0, len(items), S)]  # each shard holds one source
+    as_is, prompts = _choose(target, corpus, config)
+    groups = [("corpus", "sharegpt", as_is)] + [("self", c, [turns for k, turns in prompts if k == c])
+                                                 for c in dict.fromkeys(k for k, _ in prompts)]
+    shards = [(source, category, items[i:i + S]) for source, category, items in groups
+              for i in range(0, len(items), S)]  # each shard holds one source and one category
     n_shards = len(shards)
     if rank == 0:
         out.mkdir(parents=True, exist_ok=True)
         write_json(meta_path, {"target": identity, "config": asdict(config), "complete": False})
     todo = [k for k in range(rank, n_shards, world) if not (out / f"shard_{k:05d}").exists()]
     for k in tqdm(todo, desc=f"data shards (rank {rank})", unit="shard"):
-        source, part = shards[k]
+        source, category, part = shards[k]
         start = time.perf_counter()
         convs = [conversation_ids(target, c) for c in part] if source == "corpus" else _answered(target, part, config)
         convs = [(ids[: config.max_tokens], mask[: config.max_tokens]) for ids, mask in convs]
-        _write_shard(out / f"shard_{k:05d}", target, convs, config, source=source,
+        _write_shard(out / f"shard_{k:05d}", target, convs, config, source=source, category=category,
                      seconds=time.perf_counter() - start)
     if rank != 0:
         return {}
@@ -171,6 +184,7 @@ def finalize(out: Path, n_shards: int) -> dict:
     tokens = responses = nbytes = 0
     seconds = {"answer_seconds": 0.0, "label_seconds": 0.0}
     by_source = dict.fromkeys(SOURCES, 0)
+    answered = 0  # response tokens the target wrote itself
     for s in shards:
         ids = np.load(s / "ids.npy")
         h.update(ids.tobytes())
@@ -180,19 +194,22 @@ def finalize(out: Path, n_shards: int) -> dict:
         stats = json.loads((s / "stats.json").read_text())
         seconds = {k: v + stats[k] for k, v in seconds.items()}
         by_source[stats["source"]] += stats["tokens"]
+        answered += stats.get("response_tokens", 0) if stats["source"] == "self" else 0
     meta |= {"complete": True, "shards": n_shards, "tokens": tokens, "response_tokens": responses,
              "bytes_per_token": round(nbytes / max(1, tokens), 1), "hash": h.hexdigest()[:16],
              **{k: round(v, 1) for k, v in seconds.items()}, **{f"{k}_tokens": v for k, v in by_source.items()},
-             "label_tokens_per_s": round(tokens / max(seconds["label_seconds"], 1e-9), 1)}
+             "label_tokens_per_s": round(tokens / max(seconds["label_seconds"], 1e-9), 1),
+             "answer_tokens_per_s": round(answered / max(seconds["answer_seconds"], 1e-9), 1)}
     write_json(out / "meta.json", meta)
     return meta
 
 
 def _choose(target: Target, corpus: list[list[dict]], config: DataConfig) -> tuple[list, list]:
     """Conversations in seeded order: for the corpus part, whole conversations until `tokens` (counting
-    each one's first `max_tokens`, which must hold an answer); for the self part, from the conversations
-    after those, the first `turns` user messages of `conversations` whose first prompt fits
-    `max_prompt_tokens`."""
+    each one's first `max_tokens`, which must hold an answer); for the self part, `(category, user
+    turns)`: the tasks' prompts (their dev splits for the held-out set, else with `task_prompts`
+    their training prompts), then from the conversations after the corpus part the first `turns`
+    user messages of `conversations` ShareGPT ones; every first prompt fits `max_prompt_tokens`."""
     order = iter(np.random.default_rng(config.seed).permutation(len(corpus)))
     as_is, tokens = [], 0
     for i in order if config.tokens else ():
@@ -202,12 +219,20 @@ def _choose(target: Target, corpus: list[list[dict]], config: DataConfig) -> tup
             tokens += min(len(ids), config.max_tokens)
             if tokens >= config.tokens:
                 break
-    prompts = []
+    def fits(turns: list[dict]) -> bool:
+        return len(target.encode_chat(turns[:1])) <= config.max_prompt_tokens
+
+    records = [r for t in SPEC_BENCH_TASKS for r in load_task(t, config.dev_per_task, config.seed, split="dev")] \
+        if config.held_out and config.dev_per_task else training_prompts() if config.task_prompts else []
+    prompts = [(r.category, turns) for r in records
+               if fits(turns := [{"role": "user", "content": x} for x in r.turns[: config.turns]])]
+    shared = 0
     for i in order if config.conversations else ():
         turns = [m for m in corpus[i] if m["role"] == "user"][: config.turns]
-        if len(target.encode_chat(turns[:1])) <= config.max_prompt_tokens:
-            prompts.append(turns)
-            if len(prompts) == config.conversations:
+        if fits(turns):
+            prompts.append(("sharegpt", turns))
+            shared += 1
+            if shared == config.conversations:
                 break
     return as_is, prompts
 
@@ -217,11 +242,13 @@ def _answered(target: Target, part: list[list[dict]], config: DataConfig) -> lis
     histories: list[list[dict]] = [[] for _ in part]
     for t in range(config.turns):
         live = [i for i, turns in enumerate(part) if t < len(turns)]
+        for i in live:
+            histories[i].append(part[i][t])
+        encoded = {i: target.encode_chat(histories[i]) for i in live}
+        live.sort(key=lambda i: len(encoded[i]))  # batches of similar lengths pad little
         for b in range(0, len(live), config.batch_size):
             batch = live[b:b + config.batch_size]
-            for i in batch:
-                histories[i].append(part[i][t])
-            answers = _generate_batch(target, [target.encode_chat(histories[i]) for i in batch], config)
+            answers = _generate_batch(target, [encoded[i] for i in batch], config)
             for i, answer in zip(batch, answers):
                 histories[i].append({"role": "assistant", "content": answer})
     return [conversation_ids(target, h) for h in histories]
@@ -268,7 +295,7 @@ def conversation_ids(target: Target, messages: list[dict]) -> tuple[list[int], l
 
 
 def _write_shard(path: Path, target: Target, conversations: list[tuple[list[int], list[bool]]], config: DataConfig,
-                 *, source: str = "corpus", seconds: float) -> None:
+                 *, source: str = "corpus", category: str = "sharegpt", seconds: float) -> None:
     """Label the conversations, packed `pack_tokens` at a time into one forward each; written
     atomically with the shard's token count and labelling time (`stats.json`)."""
     arrays: dict[str, list[np.ndarray]] = {a: [] for a in ARRAYS}
@@ -293,7 +320,9 @@ def _write_shard(path: Path, target: Target, conversations: list[tuple[list[int]
             np.save(tmp / f"{a}.npy", np.concatenate(parts))
         # packs keep the conversations in order, so offsets follow the conversations
         np.save(tmp / "offsets.npy", np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64))
-        write_json(tmp / "stats.json", {"source": source, "tokens": sum(lengths), "conversations": len(lengths),
+        write_json(tmp / "stats.json", {"source": source, "category": category, "tokens": sum(lengths),
+                                        "conversations": len(lengths),
+                                        "response_tokens": int(sum(sum(m) for _, m in conversations)),
                                         "answer_seconds": round(seconds, 2),
                                         "label_seconds": round(time.perf_counter() - start, 2)})
 
@@ -311,6 +340,26 @@ def _packs(lengths: list[int], capacity: int) -> list[list[int]]:
     return packs
 
 
+def repeats(ids: list[int], n: int = 4) -> np.ndarray:
+    """Per token, whether the n tokens ending at it occurred (ending) earlier in `ids`."""
+    seen, out = set(), np.zeros(len(ids), bool)
+    for j in range(n - 1, len(ids)):
+        gram = tuple(ids[j - n + 1:j + 1])
+        out[j] = gram in seen
+        seen.add(gram)
+    return out
+
+
+def _finished_meta(folder: Path) -> dict:
+    meta_path = folder / "meta.json"
+    if not meta_path.exists():
+        raise Clover2Error(f"{folder} is not a clover2 data folder (no meta.json); run `clover2 prepare-data`")
+    meta = json.loads(meta_path.read_text())
+    if not meta.get("complete"):
+        raise Clover2Error(f"{folder} is incomplete; rerun `clover2 prepare-data` to finish it")
+    return meta
+
+
 def _block_causal_mask(lengths: list[int], target: Target) -> torch.Tensor:
     """The additive `(1, 1, n, n)` mask of packed conversations: each token sees its own conversation's past."""
     n = sum(lengths)
@@ -323,23 +372,39 @@ def _block_causal_mask(lengths: list[int], target: Target) -> torch.Tensor:
 
 
 class DistillData:
-    """The shards of a finished data folder, memory-mapped, served as padded training batches."""
+    """The shards of one or more finished data folders (made by one target), memory-mapped, served as
+    padded training batches; each sequence knows its source and category."""
 
-    def __init__(self, folder: str | Path):
-        self.folder = Path(folder)
-        meta_path = self.folder / "meta.json"
-        if not meta_path.exists():
-            raise Clover2Error(f"{self.folder} is not a clover2 data folder (no meta.json); run `clover2 prepare-data`")
-        self.meta = json.loads(meta_path.read_text())
-        if not self.meta.get("complete"):
-            raise Clover2Error(f"{self.folder} is incomplete; rerun `clover2 prepare-data` to finish it")
-        self.shards = [{a: np.load(self.folder / f"shard_{k:05d}" / f"{a}.npy", mmap_mode="r")
-                        for a in (*ARRAYS, "offsets")} for k in range(self.meta["shards"])]
+    def __init__(self, *folders: str | Path):
+        self.folders = [Path(f) for f in folders]
+        if not self.folders:
+            raise Clover2Error("no data folder given")
+        self.metas = [_finished_meta(f) for f in self.folders]
+        self.meta = self.metas[0]
+        for f, m in zip(self.folders[1:], self.metas[1:]):
+            if m["target"] != self.meta["target"]:
+                raise Clover2Error(f"{f} was made by target {m['target']['name']} (fingerprint "
+                                   f"{m['target']['fingerprint']}), {self.folders[0]} by {self.meta['target']['name']} "
+                                   f"(fingerprint {self.meta['target']['fingerprint']}): they cannot be mixed")
+        self.target = self.meta["target"]
+        self.hash = self.meta["hash"] if len(self.metas) == 1 else stable_hash([m["hash"] for m in self.metas], 16)
+        dirs = [f / f"shard_{k:05d}" for f, m in zip(self.folders, self.metas) for k in range(m["shards"])]
+        self.shards = [{a: np.load(d / f"{a}.npy", mmap_mode="r") for a in (*ARRAYS, "offsets")} for d in dirs]
         self.sequences = [(k, int(o[i]), int(o[i + 1])) for k, s in enumerate(self.shards)
                           for o in [s["offsets"]] for i in range(len(o) - 1)]
-        sources = [json.loads((self.folder / f"shard_{k:05d}" / "stats.json").read_text())["source"]
-                   for k in range(self.meta["shards"])]
-        self.source = [sources[k] for k, _, _ in self.sequences]  # per sequence: "corpus" or "self"
+        stats = [json.loads((d / "stats.json").read_text()) for d in dirs]
+        self.source = [stats[k]["source"] for k, _, _ in self.sequences]  # per sequence: "corpus" or "self"
+        # per sequence: "sharegpt" or the benchmark task whose kind of prompt it answers
+        self.category = [stats[k].get("category", "sharegpt") for k, _, _ in self.sequences]
+
+    def copied(self, indices: list[int], length: int) -> np.ndarray:
+        """`(B, length)` bool, aligned with `batch(indices).next_ids`: whether x_{t+1} repeats its
+        context (the 4 tokens ending at it occurred earlier in the sequence: what copying drafts)."""
+        out = np.zeros((len(indices), length), bool)
+        for r, (k, a, b) in enumerate(self.sequences[i] for i in indices):
+            rep = repeats(self.shards[k]["ids"][a:b].tolist())
+            out[r, : min(length, len(rep) - 1)] = rep[1:length + 1]
+        return out
 
     def split(self, held_out: float = 0.05) -> tuple[list[int], list[int]]:
         """Sequence indices for training and a held-out tail for evaluation."""

@@ -13,6 +13,7 @@ import json
 import math
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -29,7 +30,7 @@ from clover2.drafts.config import DraftConfig
 from clover2.errors import Clover2Error
 from clover2.files import atomic_path, same_config
 from clover2.training.data import Batch, DistillData
-from clover2.training.losses import draft_loss, head_counts
+from clover2.training.losses import draft_loss, head_counts, head_slices
 
 
 @dataclass(frozen=True)
@@ -38,9 +39,11 @@ class TrainConfig:
     betas: tuple[float, float] = (0.9, 0.95)  # official AdamW betas
     weight_decay: float = 0.01  # AdamW's default
     warmup_steps: int = 50  # linear warm-up from 0
-    # after warm-up: "constant" (the official schedule is ~constant over its run), or a decay to 0 at
-    # the last step, "linear" or "cosine" (standard at small budgets)
+    # after warm-up: "constant" (the official schedule is ~constant over its run), a decay to 0 at
+    # the last step, "linear" or "cosine" (standard at small budgets), or "wsd": constant, then a
+    # linear decay to 0 over the last `decay_share` of the run (one long run for learning curves)
     schedule: str = "constant"
+    decay_share: float = 0.2  # wsd: the share of the run spent decaying
     clip_value: float = 0.5  # clip_grad_value_ as in the official code
     batch_size: int = 8  # sequences per global batch (split across ranks)
     max_len: int = 640  # tokens per sequence (longer ones are cut)
@@ -48,10 +51,13 @@ class TrainConfig:
     max_minutes: float = 0.0  # stop after this much training time (0: no time limit)
     epochs: int = 21  # official epoch count; the step/time budget usually ends training first
     eval_every: int = 100  # steps between held-out evaluations (and checkpoints)
-    eval_batches: int = 8  # held-out batches per evaluation
+    eval_batches: int = 0  # held-out batches per evaluation (0: the whole held-out set)
     held_out: float = 0.05  # share of sequences held out
     autocast_bf16: bool = False  # bf16 autocast (fast on GPUs and CPUs with native bf16)
     keep_best: bool = False  # the saved draft is the one with the lowest held-out loss, not the last
+    # steps at which the draft of that moment is also saved, with its held-out evaluation, into
+    # OUT/snapshots/step_NNNNNN (a loadable draft each): the points of a learning curve
+    snapshots: tuple[int, ...] = ()
     # drop answer tokens outside the target's top-k from the training loss (what the official code's
     # unused --label_mask option intends); held-out evaluation always counts every answer token
     label_mask: bool = False
@@ -65,14 +71,18 @@ class TrainConfig:
             raise Clover2Error("train config: give max_steps, max_minutes or epochs")
         if self.self_weight < 1:
             raise Clover2Error(f"train config: self_weight must be >= 1, got {self.self_weight}")
-        if self.schedule not in ("constant", "linear", "cosine"):
-            raise Clover2Error(f"train config: schedule={self.schedule!r}, expected constant, linear or cosine")
+        if self.schedule not in ("constant", "linear", "cosine", "wsd"):
+            raise Clover2Error(f"train config: schedule={self.schedule!r}, expected constant, linear, cosine or wsd")
+        if not 0 < self.decay_share <= 1 or any(s < 1 for s in self.snapshots):
+            raise Clover2Error(f"train config: need 0 < decay_share <= 1 and snapshot steps >= 1: {self}")
 
     def lr_factor(self, step: int, total: int) -> float:
         """The learning rate at `step` (0-based) of `total`, as a fraction of `lr`."""
         warm = min(1.0, (step + 1) / max(1, self.warmup_steps))
         progress = min(1.0, max(0.0, (step + 1 - self.warmup_steps) / max(1, total - self.warmup_steps)))
-        decay = {"constant": 1.0, "linear": 1.0 - progress, "cosine": 0.5 * (1 + math.cos(math.pi * progress))}
+        tail = min(1.0, (total - step - 1) / max(1.0, self.decay_share * total))
+        decay = {"constant": 1.0, "linear": 1.0 - progress, "cosine": 0.5 * (1 + math.cos(math.pi * progress)),
+                 "wsd": tail}
         return warm * decay[self.schedule]
 
 
@@ -81,26 +91,25 @@ def epoch_sequences(train_idx: list[int], source: list[str], self_weight: int) -
     return [i for i in train_idx for _ in range(self_weight if source[i] == "self" else 1)]
 
 
-def train(target: Target, data_dir: Path, out: Path, draft_config: DraftConfig, config: TrainConfig,
-          *, eval_dir: Path | None = None) -> dict:
-    """Train (or resume training) a draft into `out`; returns the final evaluation metrics.
+def train(target: Target, data_dir: Path | Sequence[Path], out: Path, draft_config: DraftConfig,
+          config: TrainConfig, *, eval_dir: Path | None = None) -> dict:
+    """Train (or resume training) a draft into `out` on one data folder or a mix of several; returns
+    the final evaluation metrics.
 
-    Held-out evaluation reads `eval_dir` whole (the target's own answers to prompts never trained
-    on: the distribution the draft meets when decoding), or else a held-out tail of `data_dir`."""
+    Held-out evaluation reads `eval_dir` (the target's own answers to prompts never trained on: the
+    distribution the draft meets when decoding), or else a held-out tail of the data."""
     rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
     if config.batch_size % world:
         raise Clover2Error(f"batch_size {config.batch_size} is not divisible by {world} ranks")
-    data = DistillData(data_dir)
-    if data.meta["target"] != target.identity():
-        raise Clover2Error(f"{data_dir} was made by target {data.meta['target']['name']} "
-                           f"(fingerprint {data.meta['target']['fingerprint']}), not {target.name}")
+    data = DistillData(*([data_dir] if isinstance(data_dir, (str, Path)) else data_dir))
+    eval_data = data if eval_dir is None else DistillData(eval_dir)
+    for d in (data, eval_data):
+        if d.target != target.identity():
+            raise Clover2Error(f"{', '.join(map(str, d.folders))} was made by target {d.target['name']} "
+                               f"(fingerprint {d.target['fingerprint']}), not {target.name}")
     if eval_dir is None:
         train_idx, eval_idx = data.split(config.held_out)
-        eval_data = data
     else:
-        eval_data = DistillData(eval_dir)
-        if eval_data.meta["target"] != target.identity():
-            raise Clover2Error(f"{eval_dir} was made by target {eval_data.meta['target']['name']}, not {target.name}")
         train_idx, eval_idx = list(range(len(data.sequences))), list(range(len(eval_data.sequences)))
     V = target.config.get_text_config().vocab_size
     d2t = None
@@ -135,6 +144,7 @@ def train(target: Target, data_dir: Path, out: Path, draft_config: DraftConfig, 
         state, best = saved["state"], saved["best"]
     ddp = torch.nn.parallel.DistributedDataParallel(model) if world > 1 else model
     log = out / "metrics.jsonl"
+    provenance = {"data_hash": data.hash, "eval_data_hash": eval_data.hash, "train_config": asdict(config)}
     bar = tqdm(total=total, initial=state["step"], desc=f"train {draft_config.arch}", unit="step", disable=rank != 0)
     metrics: dict = {}
     while state["step"] < total:
@@ -172,7 +182,7 @@ def train(target: Target, data_dir: Path, out: Path, draft_config: DraftConfig, 
         bar.update(1)
         bar.set_postfix(loss=f"{metrics['loss']:.3f}", top1=f"{metrics.get('head0_top1', 0):.2f}")
         done = state["step"] >= total or (config.max_minutes and state["seconds"] >= 60 * config.max_minutes)
-        if done or state["step"] % config.eval_every == 0:
+        if done or state["step"] % config.eval_every == 0 or state["step"] in config.snapshots:
             ev = evaluate(model, eval_data, eval_idx, t2d, config, target.device)
             if config.keep_best and ev["loss"] < best["loss"]:
                 best = {"loss": ev["loss"], "step": state["step"], "eval": ev,
@@ -183,6 +193,9 @@ def train(target: Target, data_dir: Path, out: Path, draft_config: DraftConfig, 
                                     "tokens_per_s": round(state["tokens"] / max(state["seconds"], 1e-9), 1),
                                     **{f"train_{k}": v for k, v in metrics.items()},
                                     **{f"eval_{k}": v for k, v in ev.items()}})
+                if state["step"] in config.snapshots:
+                    save_draft(out / "snapshots" / f"step_{state['step']:06d}", model, target, draft_config,
+                               extra=provenance | {"train_state": state, "eval": ev})
                 _save_state(ckpt, model, opt, sched, state, draft_config, config, best)
             metrics = ev
         if done:
@@ -193,27 +206,53 @@ def train(target: Target, data_dir: Path, out: Path, draft_config: DraftConfig, 
         metrics = best["eval"]
     if rank == 0:
         save_draft(out, model, target, draft_config,
-                   extra={"data_hash": data.meta["hash"], "eval_data_hash": eval_data.meta["hash"],
-                          "train_config": asdict(config), "train_state": state, "eval": metrics,
-                          "best_step": best.get("step", state["step"])})
+                   extra=provenance | {"train_state": state, "eval": metrics, "best_step": best.get("step", state["step"])})
     return metrics
 
 
 @torch.no_grad()
 def evaluate(model: DraftModel, data: DistillData, eval_idx: list[int], t2d: torch.Tensor, config: TrainConfig,
              device) -> dict[str, float]:
-    """Mean held-out loss and per-head accuracies over the first `eval_batches` batches."""
+    """The held-out loss and per-head accuracies (means over batches), and per category of prompt
+    (`sharegpt` or a benchmark task), pooled over its answer tokens: each head's top-1 (head 0's is
+    the 1-node tree's acceptance when decoding those prompts), head 0's top-1 on tokens that repeat
+    their context and on the others, the share of each, and the share inside the draft vocabulary."""
     model.eval()
     sums: dict[str, float] = {}
+    pooled: dict[str, dict[str, float]] = {}
     n = 0
-    for b in range(0, min(len(eval_idx), config.eval_batches * config.batch_size), config.batch_size):
-        batch = _to(data.batch(eval_idx[b:b + config.batch_size], max_len=config.max_len, t2d=t2d), device)
+    size = config.eval_batches * config.batch_size if config.eval_batches else len(eval_idx)
+    for b in range(0, min(len(eval_idx), size), config.batch_size):
+        idx = eval_idx[b:b + config.batch_size]
+        batch = _to(data.batch(idx, max_len=config.max_len, t2d=t2d), device)
         outs = model(batch.h, batch.next_ids)
         _, m = draft_loss(model.config, outs, model.logits, model.regression_targets(batch.h), batch)
         for k, v in m.items():
             sums[k] = sums.get(k, 0.0) + v
         n += 1
-    return {k: v / max(1, n) for k, v in sums.items()}
+        copied = torch.from_numpy(data.copied(idx, batch.mask.shape[1])).to(device)
+        for i, o in enumerate(outs):
+            length = min(o.shape[1], batch.mask.shape[1] - 1 - i)
+            tgt = head_slices(batch, i, length)
+            hit = (model.logits(o[:, :length]).argmax(-1) == tgt["topk_ids"][..., 0]) & tgt["mask"]
+            rows = {f"head{i}_top1": hit, f"head{i}_tokens": tgt["mask"]}
+            if i == 0:
+                u = copied[:, 1:1 + length] & tgt["mask"]
+                rows |= {"copied_hits": hit & u, "copied": u, "in_vocab": (tgt["label_ids"] >= 0) & tgt["mask"]}
+            for r, category in enumerate(data.category[j] for j in idx):
+                acc = pooled.setdefault(category, {})
+                for k, v in rows.items():
+                    acc[k] = acc.get(k, 0.0) + float(v[r].sum())
+    out = {k: v / max(1, n) for k, v in sums.items()}
+    for category, acc in pooled.items():
+        tokens, copies = max(1.0, acc["head0_tokens"]), acc["copied"]
+        out |= {f"{category}_head{i}_top1": acc[f"head{i}_top1"] / max(1.0, acc[f"head{i}_tokens"])
+                for i in range(len(outs))}
+        out |= {f"{category}_tokens": acc["head0_tokens"], f"{category}_copied": copies / tokens,
+                f"{category}_in_vocab": acc["in_vocab"] / tokens,
+                f"{category}_top1_copied": acc["copied_hits"] / max(1.0, copies),
+                f"{category}_top1_other": (acc["head0_top1"] - acc["copied_hits"]) / max(1.0, tokens - copies)}
+    return out
 
 
 def _to(batch: Batch, device) -> Batch:

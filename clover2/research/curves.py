@@ -1,0 +1,130 @@
+"""Learning curves: how each draft improves with training, measured at the snapshots of one long run.
+
+A long run per draft (`TrainConfig.snapshots` at log-spaced steps, with the `wsd` schedule) leaves a
+loadable draft at each snapshot, with its held-out evaluation in the sidecar. `measure` replays
+every snapshot on the same prompts (greedy and untimed: `clover2.measure.acceptance`, so it may run
+beside training), appending to a CSV after each snapshot so that an interrupted measurement
+resumes. `evaluations` reads the held-out measure per task from the sidecars. `extrapolate` fits
+tau - 1 = a + b ln(tokens seen) per draft on bootstrap resamples of the prompts and reads it at a
+budget (by default the paper's, `PAPER_ANSWER_TOKENS`) with a 95% interval; `ratio` sets Clover-2's
+tau over EAGLE-1's along both axes, tokens seen and training seconds.
+
+Snapshots taken before the run's final decay have not been annealed, so the early points of a
+`wsd` run sit a little below what a run ending there would reach.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from clover2.decoding.replay import Reference
+from clover2.decoding.target import Target
+from clover2.drafts.checkpoint import SIDECAR
+from clover2.files import atomic_path
+from clover2.measure.acceptance import replayed_steps
+from clover2.research.paper import PAPER_ANSWER_TOKENS
+
+
+def snapshots(run: str | Path) -> dict[int, Path]:
+    """A run's finished snapshots by step (those whose sidecar is written)."""
+    return {int(p.parent.name.removeprefix("step_")): p.parent
+            for p in sorted(Path(run).glob(f"snapshots/step_*/{SIDECAR}"))}
+
+
+def _state(snapshot: Path) -> dict:
+    meta = json.loads((snapshot / SIDECAR).read_text())
+    return {"seen_tokens": meta["train_state"]["tokens"], "train_seconds": meta["train_state"]["seconds"]}
+
+
+def measure(target: Target, runs: Mapping[str, str | Path], prompts: Sequence[tuple[str, list[int]]],
+            refs: Sequence[Reference], out: Path, *, trees: Sequence[str] = ("eagle25", "chain1"),
+            engine: str = "eager") -> pd.DataFrame:
+    """Replays of every snapshot of every run (`{draft name: run folder}`) on `prompts`: one row per
+    draft, step, tree and prompt (columns of `replayed_steps`, plus step, seen_tokens, train_seconds).
+    Rows already in `out` (a CSV) are kept; each new snapshot's are added and the file rewritten."""
+    out = Path(out)
+    done = pd.read_csv(out) if out.exists() else pd.DataFrame(columns=["draft", "step"])
+    for name, run in runs.items():
+        for step, folder in snapshots(run).items():
+            if ((done.draft == name) & (done.step == step)).any():
+                continue
+            rows = replayed_steps(target, {name: folder}, prompts, refs, trees=trees, engine=engine)
+            done = pd.concat([done, rows.assign(step=step, **_state(folder))], ignore_index=True)
+            with atomic_path(out) as tmp:
+                done.to_csv(tmp, index=False)
+    return done
+
+
+def evaluations(runs: Mapping[str, str | Path]) -> pd.DataFrame:
+    """The held-out measure at every snapshot: one row per draft, step and category (`sharegpt` or a
+    benchmark task) with head0_top1 (what the 1-node tree accepts on those prompts), copied (share of
+    answer tokens repeating their context), top1_copied, top1_other and in_vocab."""
+    rows = []
+    for name, run in runs.items():
+        for step, folder in snapshots(run).items():
+            ev = json.loads((folder / SIDECAR).read_text())["eval"]
+            for c in sorted({k[: -len("_head0_top1")] for k in ev if k.endswith("_head0_top1") and k != "head0_top1"}):
+                rows.append({"draft": name, "step": step, **_state(folder), "category": c,
+                             **{k: ev[f"{c}_{k}"] for k in ("head0_top1", "copied", "top1_copied", "top1_other",
+                                                            "in_vocab", "tokens")}})
+    return pd.DataFrame(rows)
+
+
+def tau_by_snapshot(steps: pd.DataFrame, tree: str = "eagle25") -> pd.DataFrame:
+    """Per draft and snapshot on one tree: tau, the share of steps accepting a draft token, and the axes."""
+    sub = steps[steps.tree == tree]
+    out = sub.groupby(["draft", "step"], sort=True).agg(
+        seen_tokens=("seen_tokens", "first"), train_seconds=("train_seconds", "first"),
+        tokens=("tokens", "sum"), steps=("steps", "sum"), first=("first", "sum")).reset_index()
+    return out.assign(tau=out.tokens / out.steps, first_accepted=out["first"] / out.steps)
+
+
+def extrapolate(steps: pd.DataFrame, *, tree: str = "eagle25", budget: float = PAPER_ANSWER_TOKENS,
+                min_step: int = 0, n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
+    """Per draft: tau - 1 = a + b ln(seen tokens) fitted over its snapshots from `min_step` on, on
+    `n_boot` resamples of the prompts; its slope per tenfold of tokens and tau at `budget` answer
+    tokens, each with a 95% interval (the fit's point value from all prompts). A straight line on a
+    log axis is an assumption, and far beyond the data the interval only says how well the
+    measured points pin that line down."""
+    rows = []
+    rng = np.random.default_rng(seed)
+    for name, sub in steps[(steps.tree == tree) & (steps.step >= min_step)].groupby("draft", sort=False):
+        tokens = sub.pivot(index="prompt", columns="step", values="tokens")
+        n_steps = sub.pivot(index="prompt", columns="step", values="steps")
+        x = np.log(sub.groupby("step").seen_tokens.first().loc[tokens.columns].to_numpy(dtype=float))
+        picks = np.vstack([np.arange(len(tokens)), rng.integers(0, len(tokens), size=(n_boot, len(tokens)))])
+        y = tokens.to_numpy()[picks].sum(1) / n_steps.to_numpy()[picks].sum(1) - 1  # (1 + n_boot, snapshots)
+        xc = x - x.mean()
+        slope = (y - y.mean(1, keepdims=True)) @ xc / max((xc ** 2).sum(), 1e-12)
+        at = 1 + y.mean(1) + slope * (np.log(budget) - x.mean())
+        per_decade = slope * np.log(10)
+        rows.append({"draft": name, "snapshots": len(x), "last_seen_tokens": int(np.exp(x[-1])),
+                     "last_tau": 1 + y[0, -1], "fit_at_last": 1 + y[0].mean() + slope[0] * (x[-1] - x.mean()),
+                     "slope_per_decade": per_decade[0],
+                     "slope_lo": np.percentile(per_decade[1:], 2.5), "slope_hi": np.percentile(per_decade[1:], 97.5),
+                     "budget_tokens": budget, "tau_at_budget": at[0],
+                     "tau_at_budget_lo": np.percentile(at[1:], 2.5), "tau_at_budget_hi": np.percentile(at[1:], 97.5)})
+    return pd.DataFrame(rows)
+
+
+def ratio(steps: pd.DataFrame, *, tree: str = "eagle25", num: str = "clover2", den: str = "eagle1") -> pd.DataFrame:
+    """`num`'s tau over `den`'s along the curve: at each of `num`'s snapshots, against `den`'s tau
+    at the same tokens seen and at the same training seconds (interpolated on a log axis between
+    `den`'s snapshots; empty outside their range)."""
+    taus = tau_by_snapshot(steps, tree)
+    a, b = taus[taus.draft == num], taus[taus.draft == den]
+    rows = []
+    for _, r in a.iterrows():
+        row = {"step": r.step, "seen_tokens": r.seen_tokens, "train_seconds": r.train_seconds, f"{num}_tau": r.tau}
+        for axis in ("seen_tokens", "train_seconds"):
+            xs = np.log(b[axis].to_numpy(dtype=float))
+            inside = len(xs) and xs.min() <= np.log(r[axis]) <= xs.max()
+            other = float(np.interp(np.log(r[axis]), xs, b.tau.to_numpy())) if inside else np.nan
+            row |= {f"{den}_tau_same_{axis}": other, f"ratio_same_{axis}": r.tau / other}
+        rows.append(row)
+    return pd.DataFrame(rows)
