@@ -115,6 +115,16 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--max-steps", type=int, help="override the profile's step budget")
     s.set_defaults(func=_train)
 
+    s = sub.add_parser("curves", help="learning curves: replay every snapshot of long training runs (greedy tau, untimed)")
+    s.add_argument("--profile", help=PROFILE_HELP)
+    s.add_argument("--run", action="append", required=True, metavar="NAME=FOLDER",
+                   help="a draft's training folder, whose snapshots/ are measured (repeat per draft)")
+    s.add_argument("--out", type=Path, required=True, help="folder for the curves' CSV tables")
+    s.add_argument("--n-per-task", type=int, default=10, help="benchmark prompts per task")
+    s.add_argument("--dev-per-task", type=int, help="dev prompts per task (default: the profile's data.dev_per_task)")
+    s.add_argument("--max-new-tokens", type=int, help="default: the profile's bench.max_new_tokens")
+    s.set_defaults(func=_curves)
+
     s = sub.add_parser("notebooks", help="execute the notebooks with papermill into RESULTS/<profile>/notebooks")
     s.add_argument("--profile", help=PROFILE_HELP)
     s.add_argument("--notebooks", type=Path, default=Path("notebooks"), help="the notebooks of a clover2 checkout")
@@ -289,6 +299,29 @@ def _train(args):
     metrics = train(target, data, out, draft_config, train_config, eval_dir=args.eval or (held if held.exists() else None))
     if rank == 0:
         print(json.dumps({"out": str(out), **{k: round(v, 4) for k, v in metrics.items()}}))
+
+
+def _curves(args):
+    from clover2.profiles import load_profile
+    from clover2.research.curves import run
+
+    profile = load_profile(args.profile)
+    runs = dict(_parse_run(s) for s in args.run)
+    dev = profile.data.dev_per_task if args.dev_per_task is None else args.dev_per_task
+    if dev < 1:
+        raise Clover2Error("curves: give --dev-per-task (the profile's data.dev_per_task is 0)")
+    tables = run(profile.load_target(), runs, args.out, tasks=profile.bench.tasks, n_per_task=args.n_per_task,
+                 dev_per_task=dev, max_new_tokens=args.max_new_tokens or profile.bench.max_new_tokens,
+                 seed=profile.data.seed)
+    print(tables["taus"].to_string(index=False, float_format=lambda x: f"{x:.3f}") if "taus" in tables
+          else "no snapshot to measure yet")
+
+
+def _parse_run(text: str) -> tuple[str, Path]:
+    name, sep, folder = text.partition("=")
+    if not sep or not Path(folder).is_dir():
+        raise Clover2Error(f"--run takes NAME=FOLDER with an existing training folder, got {text!r}")
+    return name, Path(folder)
 
 
 def _parse_setting(text: str) -> tuple[str, object]:

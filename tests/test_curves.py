@@ -8,7 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 import pytest
-from test_training import CFG, target, data, tiny_folder  # noqa: F401 (fixtures)
+from test_training import CFG, data, target, tiny_folder  # noqa: F401 (fixtures)
 
 from clover2.decoding.decode import DecodeConfig
 from clover2.drafts.config import DraftConfig

@@ -189,3 +189,23 @@ def test_held_out_set_answers_each_tasks_dev_prompts(tiny, tmp_path, monkeypatch
     prepare_data(tiny, chat, tmp_path / "train", config)
     assert DistillData(tmp_path / "train").category == ["qa"] * 3 + ["sharegpt"] * 2
     assert json.loads((tmp_path / "train" / "meta.json").read_text())["answer_tokens_per_s"] > 0
+
+
+def test_the_target_answers_again_the_corpus_conversations_first_prompts(tiny, tmp_path, monkeypatch):
+    """The self part's ShareGPT prompts are the corpus part's first ones, in the same seeded order,
+    each cut to its own window (`corpus_max_tokens` for the corpus, `max_tokens` for the answers)."""
+    chat = [[{"role": "user", "content": f"question {i} " + "x" * (i % 3)}, {"role": "assistant", "content": "answer " * 9}]
+            for i in range(12)]
+    _char_chat(tiny, monkeypatch)
+    config = DataConfig(tokens=100, corpus_max_tokens=20, conversations=3, max_tokens=60, pack_tokens=80,
+                        max_new_tokens=4, shard_conversations=16, top_k=4)
+    prepare_data(tiny, chat, tmp_path / "d", config)
+    data = DistillData(tmp_path / "d")
+    lengths = [b - a for _, a, b in data.sequences]
+    corpus = [n for n, s in zip(lengths, data.source) if s == "corpus"]
+    assert max(corpus) == 20 and sum(corpus) >= 100
+    ids = lambda k: data.shards[data.sequences[k][0]]["ids"][data.sequences[k][1]:data.sequences[k][2]].tolist()  # noqa: E731
+    first_self = data.source.index("self")
+    for j in range(3):  # the same prompt as the j-th corpus conversation, answered anew (longer than 20 tokens here)
+        prompt = ids(j)[: ids(j).index(ord("<") % 90, 3)]
+        assert ids(first_self + j)[: len(prompt)] == prompt and lengths[first_self + j] > len(prompt)

@@ -276,3 +276,54 @@ def test_a_mix_of_folders_serves_both_and_refuses_two_targets(target, data, tmp_
                        DistillData(other).batch([5], max_len=32, t2d=torch.arange(VOCAB)).h)
     with pytest.raises(Clover2Error, match="cannot be mixed"):
         DistillData(data, fake_data(tmp_path / "q", tiny_target("qwen2"), seqs=2))
+
+
+def test_length_groups_batch_similar_lengths_and_keep_every_sequence_once():
+    from clover2.training.train import epoch_order
+
+    lengths = list(np.random.default_rng(0).integers(10, 500, 96))
+    cfg = TrainConfig(batch_size=4, length_groups=4)
+    order = epoch_order(list(range(96)), lengths, cfg, epoch=0)
+    assert sorted(order.tolist()) == list(range(96))
+    batches = order.reshape(-1, 4)
+    pad = lambda bs: sum(max(lengths[j] for j in b) * 4 - sum(lengths[j] for j in b) for b in bs)  # noqa: E731
+    plain = epoch_order(list(range(96)), lengths, replace(cfg, length_groups=0), epoch=0).reshape(-1, 4)
+    assert pad(batches) < pad(plain) / 2
+    assert not np.array_equal(order, epoch_order(list(range(96)), lengths, cfg, epoch=1))
+
+
+def test_autocast_auto_times_both_once_and_records_the_choice(target, data, tmp_path):
+    cfg = replace(CFG, max_steps=4, eval_every=2, autocast_bf16="auto")
+    train(target, data, tmp_path / "d", DraftConfig(num_heads=2), cfg)
+    first = json.loads((tmp_path / "d" / "metrics.jsonl").read_text().splitlines()[0])
+    assert first["fp32_step_s"] > 0 and first["bf16_step_s"] > 0
+    assert first["autocast_bf16"] == (first["bf16_step_s"] < first["fp32_step_s"])
+    meta = json.loads((tmp_path / "d" / "draft.json").read_text())
+    assert meta["train_state"]["bf16"] == first["autocast_bf16"]
+    with pytest.raises(Clover2Error, match="autocast_bf16"):
+        replace(cfg, autocast_bf16="yes")
+
+
+def test_sigterm_stops_after_the_step_and_the_run_resumes_to_the_same_weights(target, data, tmp_path, monkeypatch):
+    import signal
+
+    dc = DraftConfig(num_heads=2)
+    train(target, data, tmp_path / "straight", dc, CFG)
+    real = train_mod.draft_loss
+    calls = iter(range(100))
+
+    def loss_then_signal(*args, **kwargs):
+        if next(calls) == 4:  # the 5th training step (evaluations go through `evaluate`)
+            signal.raise_signal(signal.SIGTERM)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(train_mod, "draft_loss", loss_then_signal)
+    monkeypatch.setattr(train_mod, "evaluate", lambda *a, **k: {"loss": 1.0})
+    with pytest.raises(Clover2Error, match="stopped by SIGTERM after step 5"):
+        train(target, data, tmp_path / "resumed", dc, CFG)
+    monkeypatch.undo()
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # the process is killable again
+    train(target, data, tmp_path / "resumed", dc, CFG)
+    a, b = (load_file(tmp_path / d / "draft.safetensors") for d in ("straight", "resumed"))
+    for key in a:
+        torch.testing.assert_close(a[key], b[key], atol=0, rtol=0)

@@ -128,3 +128,53 @@ def ratio(steps: pd.DataFrame, *, tree: str = "eagle25", num: str = "clover2", d
             row |= {f"{den}_tau_same_{axis}": other, f"ratio_same_{axis}": r.tau / other}
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def prediction(evals: pd.DataFrame, dev_steps: pd.DataFrame, bench_steps: pd.DataFrame) -> pd.DataFrame:
+    """Per draft, snapshot and task: the held-out measure (teacher-forced head-0 top-1 on the dev
+    prompts' answers), the 1-node tree's acceptance decoding those dev prompts, and decoding the
+    benchmark's prompts; `error` is the measure minus the benchmark's acceptance."""
+    def accepted(steps: pd.DataFrame, name: str) -> pd.Series:
+        part = steps[steps.tree == "chain1"].groupby(["draft", "step", "task"])[["first", "steps"]].sum()
+        return (part["first"] / part["steps"]).rename(name)
+
+    held = evals.set_index(["draft", "step", "category"]).head0_top1.rename("held_out_top1")
+    held.index = held.index.set_names("task", level="category")
+    out = pd.concat([held, accepted(dev_steps, "dev_accepted"), accepted(bench_steps, "bench_accepted")],
+                    axis=1, join="inner").reset_index()
+    return out.assign(error=out.held_out_top1 - out.bench_accepted)
+
+
+def run(target: Target, runs: Mapping[str, str | Path], out: str | Path, *, tasks: Sequence[str],
+        n_per_task: int, dev_per_task: int, max_new_tokens: int, seed: int = 0, engine: str = "eager") -> dict:
+    """Measure every snapshot of `runs` and write the curves' tables into `out`: the replays on
+    `n_per_task` benchmark prompts per task (the 25-node and 1-node trees) and on `dev_per_task` dev
+    prompts per task (the 1-node tree: the prompts of the held-out set), the held-out measure, its
+    prediction of the benchmark's acceptance, the extrapolation and the Clover-2 / EAGLE-1 ratio.
+    Resumes: each snapshot is replayed once, the plain decodings are cached."""
+    from clover2.decoding.decode import DecodeConfig
+    from clover2.decoding.prompts import first_turn_ids
+    from clover2.measure.acceptance import references
+    from clover2.measure.tasks import load_task
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    config = DecodeConfig(max_new_tokens=max_new_tokens, engine=engine)
+    tables = {}
+    for name, split, n, trees in (("bench", "bench", n_per_task, ("eagle25", "chain1")), ("dev", "dev", dev_per_task, ("chain1",))):
+        prompts = [(r.category, first_turn_ids(target, r)) for t in tasks for r in load_task(t, n, seed, split=split)]
+        refs = references(target, prompts, config, cache=out / f"plain_{name}.pt")
+        tables[f"{name}_steps"] = measure(target, runs, prompts, refs, out / f"{name}_steps.csv", trees=trees, engine=engine)
+    if tables["bench_steps"].empty:  # no snapshot yet
+        return tables
+    tables["evaluations"] = evaluations(runs)
+    tables["prediction"] = prediction(tables["evaluations"], tables["dev_steps"], tables["bench_steps"])
+    tables["taus"] = tau_by_snapshot(tables["bench_steps"])
+    tables["extrapolation"] = extrapolate(tables["bench_steps"])
+    if {"clover2", "eagle1"} <= set(runs):
+        tables["ratio"] = ratio(tables["bench_steps"])
+    for name in ("evaluations", "prediction", "taus", "extrapolation", "ratio"):
+        if name in tables:
+            with atomic_path(out / f"{name}.csv") as tmp:
+                tables[name].to_csv(tmp, index=False)
+    return tables

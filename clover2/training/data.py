@@ -70,6 +70,7 @@ class DataConfig:
 
     tokens: int = 1_000_000  # corpus: conversations in seeded order until this many tokens are labelled (0: none)
     max_tokens: int = 1024  # each conversation's first tokens (the most a draft trains on)
+    corpus_max_tokens: int = 0  # corpus: each conversation's first tokens instead (0: max_tokens)
     pack_tokens: int = 2048  # tokens per labelling forward (whole conversations, packed)
     conversations: int = 0  # self: ShareGPT prompts the target answers (0: none)
     task_prompts: bool = False  # self: also every prompt of the benchmark tasks' kinds (their train splits and more)
@@ -92,9 +93,9 @@ class DataConfig:
         if min(self.tokens, self.conversations, self.dev_per_task) < 0 or \
                 not (self.tokens or self.conversations or self.task_prompts):
             raise Clover2Error(f"data config: tokens (corpus), conversations or task_prompts (self) must be set: {self}")
-        if self.pack_tokens < self.max_tokens:
+        if self.pack_tokens < max(self.max_tokens, self.corpus_max_tokens) or self.corpus_max_tokens < 0:
             raise Clover2Error(f"data config: pack_tokens ({self.pack_tokens}) must hold one conversation "
-                               f"of max_tokens ({self.max_tokens})")
+                               f"of max_tokens ({self.max_tokens}) and of corpus_max_tokens ({self.corpus_max_tokens})")
 
     def held_out_set(self) -> DataConfig:
         """The held-out set's config: the target's own answers to `eval_conversations` first turns
@@ -158,7 +159,8 @@ def prepare_data(target: Target, corpus: list[list[dict]], out: Path, config: Da
         source, category, part = shards[k]
         start = time.perf_counter()
         convs = [conversation_ids(target, c) for c in part] if source == "corpus" else _answered(target, part, config)
-        convs = [(ids[: config.max_tokens], mask[: config.max_tokens]) for ids, mask in convs]
+        keep = (config.corpus_max_tokens or config.max_tokens) if source == "corpus" else config.max_tokens
+        convs = [(ids[:keep], mask[:keep]) for ids, mask in convs]
         _write_shard(out / f"shard_{k:05d}", target, convs, config, source=source, category=category,
                      seconds=time.perf_counter() - start)
     if rank != 0:
@@ -206,19 +208,22 @@ def finalize(out: Path, n_shards: int) -> dict:
 
 def _choose(target: Target, corpus: list[list[dict]], config: DataConfig) -> tuple[list, list]:
     """Conversations in seeded order: for the corpus part, whole conversations until `tokens` (counting
-    each one's first `max_tokens`, which must hold an answer); for the self part, `(category, user
-    turns)`: the tasks' prompts (their dev splits for the held-out set, else with `task_prompts`
-    their training prompts), then from the conversations after the corpus part the first `turns`
-    user messages of `conversations` ShareGPT ones; every first prompt fits `max_prompt_tokens`."""
-    order = iter(np.random.default_rng(config.seed).permutation(len(corpus)))
-    as_is, tokens = [], 0
+    each one's first `corpus_max_tokens`, which must hold an answer); for the self part, `(category,
+    user turns)`: the tasks' prompts (their dev splits for the held-out set, else with
+    `task_prompts` their training prompts), then the first `turns` user messages of the first
+    `conversations` ShareGPT ones in the same order, so that the target answers again what the
+    corpus part holds as it is (as EAGLE-3 regenerates its data); every first prompt fits
+    `max_prompt_tokens`."""
+    order = np.random.default_rng(config.seed).permutation(len(corpus))
+    as_is, tokens, keep = [], 0, config.corpus_max_tokens or config.max_tokens
     for i in order if config.tokens else ():
         ids, mask = conversation_ids(target, corpus[i])
-        if any(mask[: config.max_tokens]):
+        if any(mask[:keep]):
             as_is.append(corpus[i])
-            tokens += min(len(ids), config.max_tokens)
+            tokens += min(len(ids), keep)
             if tokens >= config.tokens:
                 break
+
     def fits(turns: list[dict]) -> bool:
         return len(target.encode_chat(turns[:1])) <= config.max_prompt_tokens
 
