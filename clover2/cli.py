@@ -125,6 +125,14 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--max-new-tokens", type=int, help="default: the profile's bench.max_new_tokens")
     s.set_defaults(func=_curves)
 
+    s = sub.add_parser("coverage", help="how much of each task's answers the k most frequent training tokens cover")
+    s.add_argument("--profile", help=PROFILE_HELP)
+    s.add_argument("--data", type=Path, action="append", required=True, help="training data folder (repeat for a mix)")
+    s.add_argument("--eval", type=Path, required=True, help="held-out data folder (answers per task)")
+    s.add_argument("--sizes", default="1024,2048,4096,8192,16384,32768", help="draft vocabulary sizes, comma-separated")
+    s.add_argument("--out", type=Path, help="a CSV for the table")
+    s.set_defaults(func=_coverage)
+
     s = sub.add_parser("notebooks", help="execute the notebooks with papermill into RESULTS/<profile>/notebooks")
     s.add_argument("--profile", help=PROFILE_HELP)
     s.add_argument("--notebooks", type=Path, default=Path("notebooks"), help="the notebooks of a clover2 checkout")
@@ -315,6 +323,26 @@ def _curves(args):
                  seed=profile.data.seed)
     print(tables["taus"].to_string(index=False, float_format=lambda x: f"{x:.3f}") if "taus" in tables
           else "no snapshot to measure yet")
+
+
+def _coverage(args):
+    from clover2.profiles import load_profile
+    from clover2.training.data import DistillData
+    from clover2.training.vocab import coverage, ranked_tokens
+
+    target = load_profile(args.profile).load_target()
+    data, held = DistillData(*args.data), DistillData(args.eval)
+    for d in (data, held):
+        d.check_target(target)
+    V = target.config.get_text_config().vocab_size
+    sizes = [int(k) for k in args.sizes.split(",")] + [V]
+    table = coverage(ranked_tokens(data, V, list(range(len(data.sequences)))), held, sizes)
+    wide = table.pivot(index="category", columns="size", values="coverage")
+    print(wide.to_string(float_format=lambda x: f"{x:.3f}"))
+    if args.out:
+        from clover2.files import write_text
+
+        write_text(args.out, table.to_csv(index=False))
 
 
 def _parse_run(text: str) -> tuple[str, Path]:

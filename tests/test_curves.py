@@ -65,3 +65,15 @@ def test_snapshots_are_replayed_once_and_resume(target, data, tmp_path):  # noqa
     assert list(taus.step) == [2, 4] and (taus.first_accepted == taus.tau - 1).all()  # one node: accept 0 or 1
     ev = curves.evaluations({"eagle1": run})
     assert set(ev.category) == {"sharegpt"} and list(ev.step) == [2, 4]
+
+
+def test_prediction_sets_the_held_out_measure_beside_both_acceptances():
+    evals = pd.DataFrame([{"draft": "clover2", "step": 150, "category": c, "head0_top1": v}
+                          for c, v in (("qa", 0.30), ("rag", 0.20), ("sharegpt", 0.25))])
+    def steps(first: dict) -> pd.DataFrame:
+        return pd.DataFrame([{"draft": "clover2", "step": 150, "tree": "chain1", "prompt": p, "task": t,
+                              "first": f, "steps": 10, "tokens": 10 + f} for p, (t, f) in enumerate(first.items())])
+    out = curves.prediction(evals, steps({"qa": 3, "rag": 1}), steps({"qa": 2, "rag": 2})).set_index("task")
+    assert list(out.index) == ["qa", "rag"]  # ShareGPT prompts are not benchmarked
+    assert out.loc["qa", "dev_accepted"] == 0.3 and out.loc["qa", "bench_accepted"] == 0.2
+    assert out.loc["qa", "error"] == pytest.approx(0.1) and out.loc["rag", "error"] == pytest.approx(0.0)

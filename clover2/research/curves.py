@@ -156,13 +156,15 @@ def run(target: Target, runs: Mapping[str, str | Path], out: str | Path, *, task
     from clover2.decoding.prompts import first_turn_ids
     from clover2.measure.acceptance import references
     from clover2.measure.tasks import load_task
+    from clover2.research.figures import learning_curves
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     config = DecodeConfig(max_new_tokens=max_new_tokens, engine=engine)
-    tables = {}
+    tables, prompts_of = {}, {}
     for name, split, n, trees in (("bench", "bench", n_per_task, ("eagle25", "chain1")), ("dev", "dev", dev_per_task, ("chain1",))):
-        prompts = [(r.category, first_turn_ids(target, r)) for t in tasks for r in load_task(t, n, seed, split=split)]
+        prompts = prompts_of[name] = [(r.category, first_turn_ids(target, r))
+                                      for t in tasks for r in load_task(t, n, seed, split=split)]
         refs = references(target, prompts, config, cache=out / f"plain_{name}.pt")
         tables[f"{name}_steps"] = measure(target, runs, prompts, refs, out / f"{name}_steps.csv", trees=trees, engine=engine)
     if tables["bench_steps"].empty:  # no snapshot yet
@@ -177,4 +179,7 @@ def run(target: Target, runs: Mapping[str, str | Path], out: str | Path, *, task
         if name in tables:
             with atomic_path(out / f"{name}.csv") as tmp:
                 tables[name].to_csv(tmp, index=False)
+    fig = learning_curves(tables["taus"], tables["extrapolation"],
+                          title=f"{target.name}: greedy tau on {len(prompts_of['bench'])} benchmark prompts, 25-node tree")
+    fig.savefig(out / "learning_curves.png", dpi=120, bbox_inches="tight")
     return tables

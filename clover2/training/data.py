@@ -402,6 +402,12 @@ class DistillData:
         # per sequence: "sharegpt" or the benchmark task whose kind of prompt it answers
         self.category = [stats[k].get("category", "sharegpt") for k, _, _ in self.sequences]
 
+    def check_target(self, target: Target) -> None:
+        """Refuse data made by another target than `target` (by name and weight fingerprint)."""
+        if self.target != target.identity():
+            raise Clover2Error(f"{', '.join(map(str, self.folders))} was made by target {self.target['name']} "
+                               f"(fingerprint {self.target['fingerprint']}), not {target.name}")
+
     def copied(self, indices: list[int], length: int) -> np.ndarray:
         """`(B, length)` bool, aligned with `batch(indices).next_ids`: whether x_{t+1} repeats its
         context (the 4 tokens ending at it occurred earlier in the sequence: what copying drafts)."""

@@ -130,9 +130,7 @@ def train(target: Target, data_dir: Path | Sequence[Path], out: Path, draft_conf
     data = DistillData(*([data_dir] if isinstance(data_dir, (str, Path)) else data_dir))
     eval_data = data if eval_dir is None else DistillData(eval_dir)
     for d in (data, eval_data):
-        if d.target != target.identity():
-            raise Clover2Error(f"{', '.join(map(str, d.folders))} was made by target {d.target['name']} "
-                               f"(fingerprint {d.target['fingerprint']}), not {target.name}")
+        d.check_target(target)
     if eval_dir is None:
         train_idx, eval_idx = data.split(config.held_out)
     else:
