@@ -80,6 +80,8 @@ def test_cli_reports_errors_without_a_traceback(tmp_path, capsys):
     assert "p.jsonl, line 1: not valid JSON" in capsys.readouterr().err
     assert main(["generate", "--target", "nope", "--prompt", "hi"]) == 2
     assert main(["generate", "--prompt", "hi", "--max-new-tokens", "0"]) == 2
+    assert main(["curves", "--profile", "smoke", "--run", f"clover2={tmp_path / 'none'}", "--out", str(tmp_path)]) == 2
+    assert "--run takes NAME=FOLDER" in capsys.readouterr().err
 
 
 def test_lora_adapter_is_merged_into_the_target(tmp_path):
