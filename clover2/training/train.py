@@ -173,9 +173,9 @@ def train(target: Target, data_dir: Path | Sequence[Path], out: Path, draft_conf
     bar = tqdm(total=total, initial=state["step"], desc=f"train {draft_config.arch}", unit="step", disable=rank != 0)
     metrics: dict = {}
     if state["bf16"] == "auto":  # chosen once per run, by timing: a resumed run keeps the choice
-        state["bf16"], timing = _bf16_faster(ddp, model, data.batch(epoch_idx[:config.batch_size // world],
-                                                                     max_len=config.max_len, t2d=t2d), draft_config,
-                                             target.device)
+        first = epoch_order(epoch_idx, lengths, config, 0)[:config.batch_size // world].tolist()  # a batch as trained
+        state["bf16"], timing = _bf16_faster(ddp, model, data.batch(first, max_len=config.max_len, t2d=t2d),
+                                             draft_config, target.device)
         if rank == 0:
             _append_jsonl(log, {"step": state["step"], "autocast_bf16": state["bf16"], **timing})
     with _sigterm_sets_event() as stop:
