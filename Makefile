@@ -10,7 +10,7 @@ PROFILE ?= cpu
 TARGET  ?= smollm2-135m-instruct
 OUT     := results/$(PROFILE)/foundation
 
-.PHONY: install target test reproduce notebooks book book-check lab foundation clean
+.PHONY: install target test reproduce notebooks book book-check lab foundation curves clean
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -65,6 +65,19 @@ foundation: install
 		--methods ar,pld,hf,hf-pld --max-new-tokens 128 --repeats 2 --out $(OUT)/bfloat16
 	$(BIN)/clover2 cost-curve --target $(TARGET) --dtype float32 --out $(OUT)/float32
 	$(BIN)/clover2 cost-curve --target $(TARGET) --dtype bfloat16 --out $(OUT)/bfloat16
+
+# The learning curves (results/$(PROFILE)/curves): the profile's data, one run per draft with its
+# snapshots, EAGLE-1 also on ShareGPT as it is alone (the data A/B), then every snapshot replayed.
+# Each step resumes where it stopped; the data and runs live in RUNS.
+RUNS ?= $${CLOVER2_CACHE:-$$HOME/.cache/clover2}/curves/$(PROFILE)
+CURVE_PROMPTS ?= 6
+curves: target
+	$(BIN)/clover2 prepare-data --profile $(PROFILE) --out $(RUNS)/data
+	for arch in eagle1 medusa clover2; do \
+		$(BIN)/clover2 train --profile $(PROFILE) --arch $$arch --data $(RUNS)/data --out $(RUNS)/$$arch || exit 1; done
+	$(BIN)/clover2 train --profile $(PROFILE) --arch eagle1 --sources corpus --data $(RUNS)/data --out $(RUNS)/eagle1-asis
+	$(BIN)/clover2 curves --profile $(PROFILE) --n-per-task $(CURVE_PROMPTS) --out results/$(PROFILE)/curves \
+		--run clover2=$(RUNS)/clover2 --run eagle1=$(RUNS)/eagle1 --run medusa=$(RUNS)/medusa --run eagle1-asis=$(RUNS)/eagle1-asis
 
 clean:
 	rm -rf $(VENV) _build .pytest_cache

@@ -113,6 +113,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="override a draft config field (the ablations), e.g. extraction=after")
     s.add_argument("--max-minutes", type=float, help="override the profile's training time budget")
     s.add_argument("--max-steps", type=int, help="override the profile's step budget")
+    s.add_argument("--sources", choices=("corpus", "self"), nargs="+",
+                   help="train on these parts of the data only (default: the profile's train.sources)")
     s.set_defaults(func=_train)
 
     s = sub.add_parser("curves", help="learning curves: replay every snapshot of long training runs (greedy tau, untimed)")
@@ -299,6 +301,8 @@ def _train(args):
         train_config = replace(train_config, max_minutes=args.max_minutes)
     if args.max_steps is not None:
         train_config = replace(train_config, max_steps=args.max_steps)
+    if args.sources:
+        train_config = replace(train_config, sources=tuple(args.sources))
     rank, _ = setup_distributed()
     target = profile.load_target()
     data = args.data or [cache_root() / "data" / profile.name]

@@ -33,7 +33,8 @@ from clover2.training.train import TrainConfig, train
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def fake_data(folder: Path, target, *, seqs: int = 24, length: int = 20, k: int = 4, seed: int = 0) -> Path:
+def fake_data(folder: Path, target, *, seqs: int = 24, length: int = 20, k: int = 4, seed: int = 0,
+              source: str = "corpus") -> Path:
     """A data folder in the real format, from the tiny target's own greedy continuations."""
     rng = np.random.default_rng(seed)
     folder.mkdir(parents=True, exist_ok=True)
@@ -59,7 +60,7 @@ def fake_data(folder: Path, target, *, seqs: int = 24, length: int = 20, k: int 
         for a, p in parts.items():
             np.save(d / f"{a}.npy", np.concatenate(p))
         np.save(d / "offsets.npy", np.concatenate([[0], np.cumsum(lengths)]))
-        write_json(d / "stats.json", {"source": "corpus", "tokens": sum(lengths), "conversations": len(lengths), "answer_seconds": 0.0,
+        write_json(d / "stats.json", {"source": source, "tokens": sum(lengths), "conversations": len(lengths), "answer_seconds": 0.0,
                                       "label_seconds": 1.0})
     finalize(folder, 2)
     return folder
@@ -276,6 +277,21 @@ def test_a_mix_of_folders_serves_both_and_refuses_two_targets(target, data, tmp_
                        DistillData(other).batch([5], max_len=32, t2d=torch.arange(VOCAB)).h)
     with pytest.raises(Clover2Error, match="cannot be mixed"):
         DistillData(data, fake_data(tmp_path / "q", tiny_target("qwen2"), seqs=2))
+
+
+def test_sources_train_on_one_part_of_a_mix_only(target, data, tmp_path, monkeypatch):
+    """The data A/B's other arm: `sources` keeps the training batches to one part of the data."""
+    mix = [data, fake_data(tmp_path / "own", target, seqs=8, seed=2, source="self")]
+    seen, batch = [], DistillData.batch
+    monkeypatch.setattr(DistillData, "batch", lambda self, idx, **kw: seen.append(list(idx)) or batch(self, idx, **kw))
+    for sources in (("self",), ("corpus", "self")):
+        seen.clear()
+        train(target, mix, tmp_path / "-".join(sources), DraftConfig(num_heads=2),
+              replace(CFG, max_steps=4, eval_every=4, sources=sources), eval_dir=data)
+        parts = {DistillData(*mix).source[i] for b in seen[:4] for i in b}  # the training batches (evaluation follows)
+        assert parts == set(sources) if sources == ("self",) else "self" in parts
+    with pytest.raises(Clover2Error, match="sources"):
+        replace(CFG, sources=("sharegpt",))
 
 
 def test_length_groups_batch_similar_lengths_and_keep_every_sequence_once():

@@ -27,6 +27,7 @@ from clover2.decoding.target import Target
 from clover2.drafts.checkpoint import SIDECAR
 from clover2.files import atomic_path
 from clover2.measure.acceptance import replayed_steps
+from clover2.paths import cache_root
 from clover2.research.paper import PAPER_ANSWER_TOKENS
 
 
@@ -151,7 +152,7 @@ def run(target: Target, runs: Mapping[str, str | Path], out: str | Path, *, task
     `n_per_task` benchmark prompts per task (the 25-node and 1-node trees) and on `dev_per_task` dev
     prompts per task (the 1-node tree: the prompts of the held-out set), the held-out measure, its
     prediction of the benchmark's acceptance, the extrapolation and the Clover-2 / EAGLE-1 ratio.
-    Resumes: each snapshot is replayed once, the plain decodings are cached."""
+    Resumes: each snapshot is replayed once, the plain decodings are cached (under the cache root)."""
     from clover2.decoding.decode import DecodeConfig
     from clover2.decoding.prompts import first_turn_ids
     from clover2.measure.acceptance import references
@@ -165,7 +166,7 @@ def run(target: Target, runs: Mapping[str, str | Path], out: str | Path, *, task
     for name, split, n, trees in (("bench", "bench", n_per_task, ("eagle25", "chain1")), ("dev", "dev", dev_per_task, ("chain1",))):
         prompts = prompts_of[name] = [(r.category, first_turn_ids(target, r))
                                       for t in tasks for r in load_task(t, n, seed, split=split)]
-        refs = references(target, prompts, config, cache=out / f"plain_{name}.pt")
+        refs = references(target, prompts, config, cache=cache_root() / "references" / f"{target.name}-{name}.pt")
         tables[f"{name}_steps"] = measure(target, runs, prompts, refs, out / f"{name}_steps.csv", trees=trees, engine=engine)
     if tables["bench_steps"].empty:  # no snapshot yet
         return tables

@@ -25,9 +25,9 @@ Per token of every conversation a shard stores:
 - `response` (bool): whether the token belongs to an answer, with its end-of-turn markup (the loss mask).
 
 Shards hold a fixed number of conversations of one source and one category (`sharegpt` or a task's
-name), are written under a temporary name and renamed into place, and are skipped when they exist: an interrupted run resumes where it stopped. `meta.json`
-records the target's identity, a hash of the data and the labelling throughput; checkpoints keep
-the hash.
+name), are written under a temporary name and renamed into place, and are skipped when they exist:
+an interrupted run resumes where it stopped. `meta.json` records the target's identity, a hash of
+the data and the labelling throughput; checkpoints keep the hash.
 """
 
 from __future__ import annotations
@@ -97,6 +97,11 @@ class DataConfig:
             raise Clover2Error(f"data config: pack_tokens ({self.pack_tokens}) must hold one conversation "
                                f"of max_tokens ({self.max_tokens}) and of corpus_max_tokens ({self.corpus_max_tokens})")
 
+    @property
+    def corpus_window(self) -> int:
+        """The tokens kept of each corpus conversation (from its start)."""
+        return self.corpus_max_tokens or self.max_tokens
+
     def held_out_set(self) -> DataConfig:
         """The held-out set's config: the target's own answers to `eval_conversations` first turns
         and to `dev_per_task` dev prompts of each benchmark task."""
@@ -159,7 +164,7 @@ def prepare_data(target: Target, corpus: list[list[dict]], out: Path, config: Da
         source, category, part = shards[k]
         start = time.perf_counter()
         convs = [conversation_ids(target, c) for c in part] if source == "corpus" else _answered(target, part, config)
-        keep = (config.corpus_max_tokens or config.max_tokens) if source == "corpus" else config.max_tokens
+        keep = config.corpus_window if source == "corpus" else config.max_tokens
         convs = [(ids[:keep], mask[:keep]) for ids, mask in convs]
         _write_shard(out / f"shard_{k:05d}", target, convs, config, source=source, category=category,
                      seconds=time.perf_counter() - start)
@@ -215,7 +220,7 @@ def _choose(target: Target, corpus: list[list[dict]], config: DataConfig) -> tup
     corpus part holds as it is (as EAGLE-3 regenerates its data); every first prompt fits
     `max_prompt_tokens`."""
     order = np.random.default_rng(config.seed).permutation(len(corpus))
-    as_is, tokens, keep = [], 0, config.corpus_max_tokens or config.max_tokens
+    as_is, tokens, keep = [], 0, config.corpus_window
     for i in order if config.tokens else ():
         ids, mask = conversation_ids(target, corpus[i])
         if any(mask[:keep]):

@@ -68,6 +68,9 @@ class TrainConfig:
     # unused --label_mask option intends); held-out evaluation always counts every answer token
     label_mask: bool = False
     self_weight: int = 1  # each of the target's own answers is drawn this many times per epoch (a corpus conversation once)
+    # the parts of the data trained on: "corpus" (conversations as they are) and "self" (the
+    # target's own answers); one part alone is the other arm of a data A/B on the same folder
+    sources: tuple[str, ...] = ("corpus", "self")
     # batches of similar lengths: each run of length_groups x batch_size shuffled sequences is sorted
     # by length and cut into batches, then the batches are shuffled (less padding; 0: off)
     length_groups: int = 0
@@ -84,6 +87,8 @@ class TrainConfig:
             raise Clover2Error(f"train config: length_groups must be >= 0, got {self.length_groups}")
         if self.self_weight < 1:
             raise Clover2Error(f"train config: self_weight must be >= 1, got {self.self_weight}")
+        if not self.sources or not set(self.sources) <= {"corpus", "self"}:
+            raise Clover2Error(f"train config: sources must be some of corpus, self; got {self.sources!r}")
         if self.schedule not in ("constant", "linear", "cosine", "wsd"):
             raise Clover2Error(f"train config: schedule={self.schedule!r}, expected constant, linear, cosine or wsd")
         if not 0 < self.decay_share <= 1 or any(s < 1 for s in self.snapshots):
@@ -135,6 +140,7 @@ def train(target: Target, data_dir: Path | Sequence[Path], out: Path, draft_conf
         train_idx, eval_idx = data.split(config.held_out)
     else:
         train_idx, eval_idx = list(range(len(data.sequences))), list(range(len(eval_data.sequences)))
+    train_idx = [i for i in train_idx if data.source[i] in config.sources]
     V = target.config.get_text_config().vocab_size
     d2t = None
     if draft_config.draft_vocab:
@@ -149,7 +155,8 @@ def train(target: Target, data_dir: Path | Sequence[Path], out: Path, draft_conf
     epoch_idx = epoch_sequences(train_idx, data.source, config.self_weight)
     lengths = [min(b - a, config.max_len) for _, a, b in data.sequences]
     order = None  # (epoch, its batching order)
-    steps_per_epoch = len(epoch_order(epoch_idx, lengths, config, 0)) // config.batch_size
+    first_order = epoch_order(epoch_idx, lengths, config, 0)
+    steps_per_epoch = len(first_order) // config.batch_size
     if steps_per_epoch < 1:
         raise Clover2Error(f"only {len(epoch_idx)} training sequences for a batch of {config.batch_size}")
     total = config.epochs * steps_per_epoch
@@ -173,7 +180,7 @@ def train(target: Target, data_dir: Path | Sequence[Path], out: Path, draft_conf
     bar = tqdm(total=total, initial=state["step"], desc=f"train {draft_config.arch}", unit="step", disable=rank != 0)
     metrics: dict = {}
     if state["bf16"] == "auto":  # chosen once per run, by timing: a resumed run keeps the choice
-        first = epoch_order(epoch_idx, lengths, config, 0)[:config.batch_size // world].tolist()  # a batch as trained
+        first = first_order[:config.batch_size // world].tolist()  # a batch as trained
         state["bf16"], timing = _bf16_faster(ddp, model, data.batch(first, max_len=config.max_len, t2d=t2d),
                                              draft_config, target.device)
         if rank == 0:
