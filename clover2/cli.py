@@ -39,6 +39,7 @@ KERNELS_HELP = ("the linear kernels of the target and the drafts: auto (per row 
 
 def _parser() -> argparse.ArgumentParser:
     from clover2 import __version__
+    from clover2.training.data import SOURCES
 
     p = argparse.ArgumentParser(prog="clover2", description=__doc__, formatter_class=_Help)
     p.add_argument("--version", action="version", version=f"clover2 {__version__} ({_commit()})")
@@ -113,7 +114,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="override a draft config field (the ablations), e.g. extraction=after")
     s.add_argument("--max-minutes", type=float, help="override the profile's training time budget")
     s.add_argument("--max-steps", type=int, help="override the profile's step budget")
-    s.add_argument("--sources", choices=("corpus", "self"), nargs="+",
+    s.add_argument("--sources", choices=SOURCES, nargs="+",
                    help="train on these parts of the data only (default: the profile's train.sources)")
     s.set_defaults(func=_train)
 

@@ -32,7 +32,7 @@ from clover2.drafts.checkpoint import save_draft
 from clover2.drafts.config import DraftConfig
 from clover2.errors import Clover2Error
 from clover2.files import atomic_path, same_config
-from clover2.training.data import Batch, DistillData
+from clover2.training.data import SOURCES, Batch, DistillData
 from clover2.training.losses import draft_loss, head_counts, head_slices
 from clover2.training.vocab import ranked_tokens
 
@@ -70,7 +70,7 @@ class TrainConfig:
     self_weight: int = 1  # each of the target's own answers is drawn this many times per epoch (a corpus conversation once)
     # the parts of the data trained on: "corpus" (conversations as they are) and "self" (the
     # target's own answers); one part alone is the other arm of a data A/B on the same folder
-    sources: tuple[str, ...] = ("corpus", "self")
+    sources: tuple[str, ...] = SOURCES
     # batches of similar lengths: each run of length_groups x batch_size shuffled sequences is sorted
     # by length and cut into batches, then the batches are shuffled (less padding; 0: off)
     length_groups: int = 0
@@ -87,8 +87,8 @@ class TrainConfig:
             raise Clover2Error(f"train config: length_groups must be >= 0, got {self.length_groups}")
         if self.self_weight < 1:
             raise Clover2Error(f"train config: self_weight must be >= 1, got {self.self_weight}")
-        if not self.sources or not set(self.sources) <= {"corpus", "self"}:
-            raise Clover2Error(f"train config: sources must be some of corpus, self; got {self.sources!r}")
+        if not self.sources or not set(self.sources) <= set(SOURCES):
+            raise Clover2Error(f"train config: sources must be some of {', '.join(SOURCES)}; got {self.sources!r}")
         if self.schedule not in ("constant", "linear", "cosine", "wsd"):
             raise Clover2Error(f"train config: schedule={self.schedule!r}, expected constant, linear, cosine or wsd")
         if not 0 < self.decay_share <= 1 or any(s < 1 for s in self.snapshots):
