@@ -6,6 +6,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import seaborn as sns
+from matplotlib.ticker import EngFormatter, LogLocator, NullFormatter
 
 from clover2.research.report import TASK_LABELS
 
@@ -119,6 +120,9 @@ def learning_curves(taus: pd.DataFrame, fits: pd.DataFrame | None = None, *, tit
     for ax, axis, label in ((axes[0], "seen_tokens", "answer tokens seen"), (axes[1], "train_seconds", "training seconds")):
         sns.lineplot(data=taus, x=axis, y="tau", hue="draft", palette=palette, marker="o", ax=ax, legend=ax is axes[0])
         ax.set_xscale("log")
+        ax.xaxis.set_major_locator(LogLocator(subs=(1, 2, 5)))  # 100k, 200k, 500k, 1M: few labels, none overlapping
+        ax.xaxis.set_major_formatter(EngFormatter(sep=""))
+        ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel(label + " (log scale)")
     for _, f in (fits.iterrows() if fits is not None else ()):
         x0 = taus[taus.draft == f.draft].seen_tokens.min()
