@@ -249,3 +249,18 @@ def test_cuda_graphs_match_hf_generate_on_a_gpu(family):
         for drafter in (NoDrafter(), OracleDrafter(truth, i, 0.7, max_nodes=40)):
             assert generate(target, drafter, prompt, cfg).output_ids == truth, (family, prompt)
     assert target.engine_state["graphs"].graphed
+
+
+def test_captured_states_are_the_targets_own(tiny):
+    """What a draft reads of the target's forward: the final norm's input gives the logits through
+    the norm and the LM head, and the inputs of chosen decoder layers are Hugging Face's own hidden
+    states (`hidden_states[i]` enters layer i), concatenated in the order asked for."""
+    n = 9
+    ids = torch.randint(1, VOCAB, (1, n), generator=torch.Generator().manual_seed(3))
+    pos, mask = torch.arange(n)[None], tiny.causal_mask(n)
+    last = tiny.forward(ids, pos, mask, tiny.new_cache(), hidden=True)
+    torch.testing.assert_close(tiny.model.lm_head(tiny.model.get_decoder().norm(last.hidden)).float(), last.logits)
+    fused = tiny.forward(ids, pos, mask, tiny.new_cache(), hidden=True, layers=(1, 0)).hidden
+    states = tiny.model(input_ids=ids, position_ids=pos, output_hidden_states=True).hidden_states
+    torch.testing.assert_close(fused, torch.cat([states[1], states[0]], -1))
+    assert tiny.forward(ids, pos, mask, tiny.new_cache(), layers=(1, 0)).hidden is None  # only when asked

@@ -24,13 +24,25 @@ def cache_kwarg(model_class: type) -> str:
 
 
 @contextlib.contextmanager
-def capture_norm_input(model: nn.Module, into: list[torch.Tensor]) -> Iterator[None]:
-    """Append the input of the decoder's final norm (the last hidden state before it) to `into`."""
-    handle = model.get_decoder().norm.register_forward_pre_hook(lambda _mod, args: into.append(args[0]))
+def capture_states(model: nn.Module, into: list[torch.Tensor], layers: tuple[int, ...] = ()) -> Iterator[None]:
+    """Append what a draft reads of the target's forward to `into`: the input of the decoder's final
+    norm (the last hidden state before it), or with `layers`, the inputs of those decoder layers
+    concatenated in the order given (EAGLE-3's fused features: `(B, T, len(layers) * H)`)."""
+    decoder = model.get_decoder()
+    modules = [decoder.layers[i] for i in layers] if layers else [decoder.norm]
+    got: dict[int, torch.Tensor] = {}
+
+    def hook(k):  # a decoder layer may take its hidden states by position or by keyword
+        return lambda _mod, args, kwargs: got.__setitem__(k, args[0] if args else kwargs["hidden_states"])
+
+    handles = [m.register_forward_pre_hook(hook(k), with_kwargs=True) for k, m in enumerate(modules)]
     try:
         yield
+        if got:
+            into.append(torch.cat([got[k] for k in range(len(modules))], -1) if layers else got[0])
     finally:
-        handle.remove()
+        for h in handles:
+            h.remove()
 
 
 def make_saveable(model: nn.Module) -> None:

@@ -8,7 +8,7 @@ or hub id works too, optionally with a LoRA adapter folder (peft) merged on top.
 
 The decoder only ever calls :meth:`Target.forward`: ``input_ids``, ``position_ids``, a 4-D
 attention mask and a KV cache (``clover2.decoding.cache``) go in; logits (and, on request, the last hidden state
-*before* the final norm, captured by a forward hook) come out. No modeling file is forked.
+*before* the final norm, or the inputs of chosen decoder layers, captured by forward hooks) come out. No modeling file is forked.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from clover2.decoding.builtin import BUILTIN_TARGETS, CHAT_TEMPLATES, DEFAULT_TARGET
 from clover2.decoding.cache import TreeCache
-from clover2.decoding.hf_compat import cache_kwarg, capture_norm_input, make_saveable
+from clover2.decoding.hf_compat import cache_kwarg, capture_states, make_saveable
 from clover2.decoding.kernels import BUCKETS, KernelPlan, check_mode, linear_shapes, native_bf16, tuned
 from clover2.errors import Clover2Error
 from clover2.files import atomic_path, sha256_file
@@ -94,7 +94,9 @@ def prepare_builtin(name: str) -> Path:
 @dataclass(frozen=True)
 class TargetOutput:
     logits: torch.Tensor  # (B, T, V) in float32
-    hidden: torch.Tensor | None  # (B, T, H) last decoder-layer output before the final norm
+    # (B, T, H) the last decoder-layer output before the final norm; with `layers`, the inputs of
+    # those decoder layers concatenated, (B, T, len(layers) * H); None unless asked for
+    hidden: torch.Tensor | None
 
 
 @dataclass(frozen=True)
@@ -169,19 +171,20 @@ class Target:
         return TreeCache()
 
     def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor, attention_mask: torch.Tensor | dict | None,
-                cache, *, logits_to_keep: int = 0, hidden: bool = False) -> TargetOutput:
+                cache, *, logits_to_keep: int = 0, hidden: bool = False, layers: tuple[int, ...] = ()) -> TargetOutput:
         """One forward of new tokens over the cached prefix.
 
         `input_ids`, `position_ids`: `(1, n)`; `attention_mask`: `(1, 1, n, past + n)` additive
         float mask (0 = attend, dtype-min = masked), `layer_masks`' result, or None for the model's
         own causal mask (consecutive positions). The new keys and values are written to `cache`;
-        committing or discarding them is the caller's job.
+        committing or discarding them is the caller's job. `hidden` returns the states a draft
+        reads (`TargetOutput.hidden`), `layers` choosing which.
         """
         if torch.is_tensor(attention_mask):
             attention_mask = self.layer_masks(attention_mask, position_ids)
         kwargs = {cache_kwarg(type(self.model)): cache}
         captured: list[torch.Tensor] = []
-        with capture_norm_input(self.model, captured) if hidden else contextlib.nullcontext():
+        with capture_states(self.model, captured, layers) if hidden else contextlib.nullcontext():
             out = self.model(input_ids=input_ids, position_ids=position_ids, attention_mask=attention_mask,
                              use_cache=True, logits_to_keep=logits_to_keep, **kwargs)
         return TargetOutput(logits=out.logits.float(), hidden=captured[0] if captured else None)
