@@ -30,16 +30,15 @@ def capture_states(model: nn.Module, into: list[torch.Tensor], layers: tuple[int
     concatenated in the order given (EAGLE-3's fused features: `(B, T, len(layers) * H)`)."""
     decoder = model.get_decoder()
     modules = [decoder.layers[i] for i in layers] if layers else [decoder.norm]
-    got: dict[int, torch.Tensor] = {}
+    got: list[torch.Tensor | None] = [None] * len(modules)  # each module's input, in the order asked
 
-    def hook(k):  # a decoder layer may take its hidden states by position or by keyword
-        return lambda _mod, args, kwargs: got.__setitem__(k, args[0] if args else kwargs["hidden_states"])
+    def hook(k):
+        return lambda _mod, args: got.__setitem__(k, args[0])
 
-    handles = [m.register_forward_pre_hook(hook(k), with_kwargs=True) for k, m in enumerate(modules)]
+    handles = [m.register_forward_pre_hook(hook(k)) for k, m in enumerate(modules)]
     try:
         yield
-        if got:
-            into.append(torch.cat([got[k] for k in range(len(modules))], -1) if layers else got[0])
+        into.append(got[0] if len(got) == 1 else torch.cat(got, -1))
     finally:
         for h in handles:
             h.remove()
