@@ -67,17 +67,21 @@ foundation: install
 	$(BIN)/clover2 cost-curve --target $(TARGET) --dtype bfloat16 --out $(OUT)/bfloat16
 
 # The learning curves (results/$(PROFILE)/curves): the profile's data, one run per draft with its
-# snapshots, EAGLE-1 also on ShareGPT as it is alone (the data A/B), then every snapshot replayed.
-# Each step resumes where it stopped; the data and runs live in RUNS.
+# snapshots (EAGLE-3, Clover-2, EAGLE-1), Clover-2 and EAGLE-1 trained as EAGLE-3 trains (training-time
+# test: 7 heads on their own states, weighted 0.8^i), Medusa-1, EAGLE-1 on ShareGPT as it is alone (the data A/B),
+# then every snapshot replayed. Each step resumes where it stopped; the data and runs live in RUNS.
 RUNS ?= $${CLOVER2_CACHE:-$$HOME/.cache/clover2}/curves/$(PROFILE)
 CURVE_PROMPTS ?= 6
+CURVE_RUNS = eagle3 clover2 eagle1 clover2-ttt7 eagle1-ttt7 medusa eagle1-asis
 curves: target
 	$(BIN)/clover2 prepare-data --profile $(PROFILE) --out $(RUNS)/data
-	for arch in eagle1 medusa clover2; do \
-		$(BIN)/clover2 train --profile $(PROFILE) --arch $$arch --data $(RUNS)/data --out $(RUNS)/$$arch || exit 1; done
-	$(BIN)/clover2 train --profile $(PROFILE) --arch eagle1 --sources corpus --data $(RUNS)/data --out $(RUNS)/eagle1-asis
+	for run in $(CURVE_RUNS); do case $$run in \
+		*-ttt7) extra="--arch $${run%-ttt7} --ttt-steps 7 --set head_decay=0.8";; \
+		eagle1-asis) extra="--arch eagle1 --sources corpus";; \
+		*) extra="--arch $$run";; esac; \
+		$(BIN)/clover2 train --profile $(PROFILE) $$extra --data $(RUNS)/data --out $(RUNS)/$$run || exit 1; done
 	$(BIN)/clover2 curves --profile $(PROFILE) --n-per-task $(CURVE_PROMPTS) --out results/$(PROFILE)/curves \
-		--run clover2=$(RUNS)/clover2 --run eagle1=$(RUNS)/eagle1 --run medusa=$(RUNS)/medusa --run eagle1-asis=$(RUNS)/eagle1-asis
+		$(foreach run,$(CURVE_RUNS),--run $(run)=$(RUNS)/$(run))
 
 clean:
 	rm -rf $(VENV) _build .pytest_cache

@@ -116,6 +116,8 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--max-steps", type=int, help="override the profile's step budget")
     s.add_argument("--sources", choices=SOURCES, nargs="+",
                    help="train on these parts of the data only (default: the profile's train.sources)")
+    s.add_argument("--ttt-steps", type=int, help="training-time test: train this many heads, each on the draft's own "
+                                                 "states (default: the profile's train.ttt_steps; 0: the architecture's own)")
     s.set_defaults(func=_train)
 
     s = sub.add_parser("curves", help="learning curves: replay every snapshot of long training runs (greedy tau, untimed)")
@@ -304,6 +306,8 @@ def _train(args):
         train_config = replace(train_config, max_steps=args.max_steps)
     if args.sources:
         train_config = replace(train_config, sources=tuple(args.sources))
+    if args.ttt_steps is not None:
+        train_config = replace(train_config, ttt_steps=args.ttt_steps)
     rank, _ = setup_distributed()
     target = profile.load_target()
     data = args.data or [cache_root() / "data" / profile.name]

@@ -4,6 +4,7 @@ the held-out split; no benchmark text in the training data; resumable shards."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -11,6 +12,7 @@ import torch
 from conftest import tiny_target
 from test_training import fake_data
 
+from clover2.errors import Clover2Error
 from clover2.training.corpora import _messages
 from clover2.training.data import (
     ARRAYS,
@@ -103,6 +105,49 @@ def test_corpus_data_resumes_and_refuses_other_settings(tiny, tmp_path, monkeypa
     with pytest.raises(Exception, match="another data config"):
         prepare_data(tiny, chat, tmp_path / "d", DataConfig(tokens=301, max_tokens=40, pack_tokens=80, top_k=4))
 
+
+
+def test_fused_states_are_the_fused_layers_inputs_beside_the_same_last_state(tiny, tmp_path):
+    """With `fused_states` a shard also stores EAGLE-3's inputs (target layers 2, L/2, L-3) from the
+    same packed forward; the last hidden state is the one stored without them."""
+    from clover2.drafts.eagle3 import fused_layers
+
+    config = DataConfig(max_tokens=1, pack_tokens=64, top_k=4)
+    _write_shard(tmp_path / "plain", tiny, CONVERSATIONS, config, seconds=0.0)
+    _write_shard(tmp_path / "fused", tiny, CONVERSATIONS, replace(config, fused_states=True), seconds=0.0)
+    plain, fused = (np.load(tmp_path / d / "hidden.npy") for d in ("plain", "fused"))
+    np.testing.assert_array_equal(plain, fused)
+    assert not (tmp_path / "plain" / "fused.npy").exists()
+    stored = np.load(tmp_path / "fused" / "fused.npy").astype(np.float32)
+    ids, _ = CONVERSATIONS[2]
+    start = sum(len(c[0]) for c in CONVERSATIONS[:2])
+    n, L = len(ids), tiny.config.num_hidden_layers
+    with torch.no_grad():
+        alone = tiny.forward(torch.tensor([ids]), torch.arange(n)[None], tiny.causal_mask(n), tiny.new_cache(),
+                             hidden=True, layers=fused_layers(L)).hidden[0].numpy()
+    assert stored.shape == (sum(len(c[0]) for c in CONVERSATIONS), 3 * tiny.config.hidden_size)
+    np.testing.assert_allclose(stored[start:start + n], alone, atol=2e-2, rtol=1e-3)
+
+
+def test_a_draft_that_reads_fused_states_trains_on_them_and_refuses_data_without(tiny, tmp_path, monkeypatch):
+    """EAGLE-3 trains on data prepared with `fused_states` (its 7 unrolled heads logged); data
+    without them is refused with the setting to change, before any step."""
+    from clover2.drafts.config import DraftConfig
+    from clover2.training.train import TrainConfig, train
+
+    chat = [[{"role": "user", "content": "ab" * (3 + i % 5)}, {"role": "assistant", "content": "cd" * (2 + i % 7)}]
+            for i in range(40)]
+    _char_chat(tiny, monkeypatch)
+    config = DataConfig(tokens=300, max_tokens=40, pack_tokens=80, shard_conversations=8, top_k=4)
+    cfg = TrainConfig(batch_size=4, max_len=32, max_steps=4, eval_every=4, eval_batches=1, warmup_steps=1, held_out=0.2)
+    prepare_data(tiny, chat, tmp_path / "plain", config)
+    with pytest.raises(Clover2Error, match="fused_states: true"):
+        train(tiny, tmp_path / "plain", tmp_path / "refused", DraftConfig.for_arch("eagle3"), cfg)
+    assert not (tmp_path / "refused").exists()
+    meta = prepare_data(tiny, chat, tmp_path / "fused", replace(config, fused_states=True))
+    assert meta["fused_layers"] == [1, 1, 0] and meta["bytes_per_token"] > 3 * 64 * 2
+    ev = train(tiny, tmp_path / "fused", tmp_path / "eagle3", DraftConfig.for_arch("eagle3"), cfg)
+    assert {f"head{i}_top1" for i in range(7)} <= set(ev)
 
 @pytest.mark.slow
 def test_training_corpus_shares_no_line_with_any_benchmark_task():

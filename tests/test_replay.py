@@ -19,6 +19,7 @@ from clover2.drafts import ARCHITECTURES, build_draft
 from clover2.drafts.config import DraftConfig
 from clover2.drafts.drafter import DynamicTree, ModelDrafter
 from clover2.errors import Clover2Error
+from clover2.measure.acceptance import layers_read
 
 MAX_NEW = 24
 
@@ -26,12 +27,15 @@ MAX_NEW = 24
 @pytest.mark.parametrize("arch", ARCHITECTURES)
 def test_replay_gives_real_decodings_accept_lengths(tiny, arch):
     """Every architecture, alone with a static and a dynamic tree, and in one tree with an oracle
-    that knows the continuation (long accepted paths through the draft's hidden states too)."""
+    that knows the continuation (long accepted paths through the draft's hidden states too). The
+    references hold the states every architecture reads; each replay takes its draft's own."""
     torch.manual_seed(0)
     model = build_draft(DraftConfig.for_arch(arch, num_heads=5), tiny).eval()
     config = DecodeConfig(max_new_tokens=MAX_NEW)
+    layers = layers_read(tiny, list(ARCHITECTURES))
+    assert len(layers) > 1  # the last state and EAGLE-3's fused ones
     for k, prompt in enumerate(PROMPTS[:4]):
-        ref = plain_reference(tiny, prompt, config)
+        ref = plain_reference(tiny, prompt, config, layers=layers)
         truth = ref.ids[len(prompt):]
         makers = [lambda: ModelDrafter(model, EAGLE_25), lambda: ModelDrafter(model, DynamicTree(12, 4, 4)),
                   lambda: Union({"oracle": OracleDrafter(truth, k, 0.8), "model": ModelDrafter(model, EAGLE_25)})]

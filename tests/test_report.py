@@ -96,7 +96,7 @@ def test_training_log_has_both_splits_per_head_and_the_figure_draws_them(tmp_pat
 
 
 def test_paired_tau_intervals_separate_a_real_difference_from_noise():
-    from clover2.research.study import paired_tau_intervals
+    from clover2.measure.acceptance import paired_tau_intervals
 
     rng = np.random.default_rng(0)
     rows = []

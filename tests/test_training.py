@@ -343,3 +343,20 @@ def test_sigterm_stops_after_the_step_and_the_run_resumes_to_the_same_weights(ta
     a, b = (load_file(tmp_path / d / "draft.safetensors") for d in ("straight", "resumed"))
     for key in a:
         torch.testing.assert_close(a[key], b[key], atol=0, rtol=0)
+
+
+def test_training_time_test_trains_every_unrolled_step(target, data, tmp_path):
+    """`ttt_steps`: EAGLE-1 trained on 3 steps of its own states logs a loss and accuracy per step and
+    learns; a draft cannot train more heads than it has depths (Medusa), nor a negative count."""
+    cfg = replace(CFG, max_steps=12, eval_every=12, ttt_steps=3)
+    dc = DraftConfig.for_arch("eagle1")
+    torch.manual_seed(cfg.seed)
+    first = train_mod.evaluate(build_draft(dc, target), DistillData(data), DistillData(data).split(cfg.held_out)[1],
+                               torch.arange(VOCAB), cfg, target.device)
+    final = train(target, data, tmp_path / "eagle1", dc, cfg)
+    assert {"head0_loss", "head1_loss", "head2_loss"} <= set(final) and "head3_loss" not in final
+    assert final["loss"] < first["loss"]
+    with pytest.raises(Clover2Error, match="1 to 3 heads"):
+        train(target, data, tmp_path / "medusa", DraftConfig.for_arch("medusa", num_heads=3), replace(cfg, ttt_steps=4))
+    with pytest.raises(Clover2Error, match="ttt_steps"):
+        replace(cfg, ttt_steps=-1)

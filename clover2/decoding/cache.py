@@ -35,9 +35,10 @@ class TreeCache(DynamicCache):
     """The eager engine: a `DynamicCache` of full layers (sliding windows are enforced by the mask)."""
 
     def run(self, target, ids: torch.Tensor, positions: torch.Tensor, visible: torch.Tensor | None, *,
-            hidden: bool = False, logits_to_keep: int = 0):
+            hidden: bool = False, layers: tuple[int, ...] = (), logits_to_keep: int = 0):
         """One target forward of new tokens `ids` `(n,)` at `positions` `(n,)`, new token i seeing the
-        committed prefix and the new tokens j with `visible[i, j]` (its ancestors and itself).
+        committed prefix and the new tokens j with `visible[i, j]` (its ancestors and itself); with
+        `hidden`, the states a draft reads (`layers`: see `Target.forward`).
 
         `visible=None`: a causal run (positions consecutive from the prefix's length), masked by the
         model itself, which lets attention skip the masked half (a long prefill ~20% faster on a CPU)."""
@@ -48,7 +49,7 @@ class TreeCache(DynamicCache):
             mask = torch.zeros(1, 1, n, past + n, dtype=target.dtype, device=device)
             mask[0, 0, :, past:].masked_fill_(~visible.to(device), torch.finfo(target.dtype).min)
         return target.forward(ids.to(device)[None], positions.to(device)[None], mask, self,
-                              logits_to_keep=logits_to_keep, hidden=hidden)
+                              logits_to_keep=logits_to_keep, hidden=hidden, layers=layers)
 
     def commit(self, past: int, path: torch.Tensor) -> None:
         """Keep entries `past + path` (node indices, increasing) right after the first `past` entries."""
@@ -87,21 +88,31 @@ class StaticTreeCache:
         self.length = 0  # entries in use: the committed ones, then the last forward's until `commit`
         self.graphed = graphs and target.device.type == "cuda"
         self._forward = GraphCache(self._forward_at, enabled=self.graphed)
-        if self.graphed:  # capture every bucket now, not inside a timed step (writes only what `length` 0 drops)
-            for size in BUCKETS:
-                for hidden in (False, True):
-                    self.run(target, torch.zeros(size, dtype=torch.long), torch.zeros(size, dtype=torch.long),
-                             torch.eye(size, dtype=torch.bool), hidden=hidden)
-                    self.length = 0
+        self.captured: set[tuple[bool, tuple[int, ...]]] = set()  # (hidden, layers) whose buckets are captured
+
+    def capture(self, hidden: bool, layers: tuple[int, ...] = ()) -> None:
+        """Capture every bucket's forward (returning these states) now, not inside a timed step; it
+        writes only what `length` 0 drops. Nothing to do uncaptured or once done."""
+        if not self.graphed or (hidden, layers) in self.captured:
+            return
+        for size in BUCKETS:
+            self.run(self.target, torch.zeros(size, dtype=torch.long), torch.zeros(size, dtype=torch.long),
+                     torch.eye(size, dtype=torch.bool), hidden=hidden, layers=layers)
+            self.length = 0
+        self.captured.add((hidden, layers))
 
     @classmethod
-    def for_target(cls, target, capacity: int, *, graphs: bool) -> StaticTreeCache:
-        """The target's reusable cache of at least `capacity` tokens (rounded up to a multiple of 256)."""
+    def for_target(cls, target, capacity: int, *, graphs: bool, hidden: bool = False,
+                   layers: tuple[int, ...] = ()) -> StaticTreeCache:
+        """The target's reusable cache of at least `capacity` tokens (rounded up to a multiple of 256),
+        captured for plain forwards and for those returning the states `hidden` and `layers` ask for."""
         engine = "graphs" if graphs else "static"
         kept = target.engine_state.get(engine)
         if kept is None or kept.capacity < capacity:
             kept = cls(target, 256 * math.ceil(capacity / 256), graphs=graphs)
             target.engine_state[engine] = kept
+        kept.capture(False)
+        kept.capture(hidden, layers if hidden else ())
         kept.length = 0
         return kept
 
@@ -114,7 +125,7 @@ class StaticTreeCache:
 
     @torch.inference_mode()  # its buffers are inference tensors, whoever calls first
     def run(self, target, ids: torch.Tensor, positions: torch.Tensor, visible: torch.Tensor | None, *,
-            hidden: bool = False, logits_to_keep: int = 0):
+            hidden: bool = False, layers: tuple[int, ...] = (), logits_to_keep: int = 0):
         """As `TreeCache.run` (`visible=None`: causal, masked here as any other pattern). Up to the
         largest bucket the forward runs padded to the next bucket (padding tokens sit at the first
         new position, see only themselves and are never committed); a longer input (a long
@@ -136,7 +147,7 @@ class StaticTreeCache:
         masks = target.layer_masks(mask, pos_b, first_new=past)  # per layer type, outside any capture
         start = torch.tensor(past, device=device)
         run = self._forward if size in BUCKETS else self._forward_at
-        out = run(ids_b, pos_b, masks, start, hidden=hidden)
+        out = run(ids_b, pos_b, masks, start, hidden=hidden, layers=layers)
         self.length = past + n  # as a dynamic cache: the new entries count until `commit`
         keep = slice(n - logits_to_keep, n) if logits_to_keep else slice(0, n)
         return replace(out, logits=out.logits[:, keep], hidden=None if out.hidden is None else out.hidden[:, :n])
@@ -145,20 +156,22 @@ class StaticTreeCache:
     def commit(self, past: int, path: torch.Tensor) -> None:
         self.length = past + move_path(self.kv.layers, past, path)
 
-    def _forward_at(self, ids, positions, masks, start: torch.Tensor, *, hidden: bool):
+    def _forward_at(self, ids, positions, masks, start: torch.Tensor, *, hidden: bool, layers: tuple[int, ...]):
         """The target's forward writing its keys and values from slot `start` on. transformers' static
         layers write at a device counter each; it is set from the tensor `start` here, inside what
         is captured, so that a replay writes where its inputs say."""
         for layer in self.kv.layers:
             if layer.is_initialized:  # the first forward initializes each layer, at slot 0
                 layer.cumulative_length.copy_(start)
-        return self.target.forward(ids, positions, masks, self.kv, hidden=hidden)
+        return self.target.forward(ids, positions, masks, self.kv, hidden=hidden, layers=layers)
 
 
-def new_cache(target, engine: str = "eager", *, capacity: int = 0):
-    """An empty cache of the given engine; a static one holds at least `capacity` tokens."""
+def new_cache(target, engine: str = "eager", *, capacity: int = 0, hidden: bool = False,
+              layers: tuple[int, ...] = ()):
+    """An empty cache of the given engine; a static one holds at least `capacity` tokens (and a
+    graphed one has captured the forwards that return the states `hidden` and `layers` ask for)."""
     if engine == "eager":
         return TreeCache()
     if engine in ("static", "graphs"):
-        return StaticTreeCache.for_target(target, capacity, graphs=engine == "graphs")
+        return StaticTreeCache.for_target(target, capacity, graphs=engine == "graphs", hidden=hidden, layers=layers)
     raise Clover2Error(f"unknown engine {engine!r}; use one of: {', '.join(ENGINES)}")

@@ -131,10 +131,11 @@ def speculative_steps(target: Target, drafter: Drafter, prompt_ids: Sequence[int
     decode = target.decode if target.tokenizer is not None else None
     stopper = Stopper(config, limit=limit, eos_ids=target.eos_token_ids, decode=decode)
     if cache is None:
-        cache = new_cache(target, config.engine, capacity=len(prompt) + limit + BUCKETS[-1])
+        cache = new_cache(target, config.engine, capacity=len(prompt) + limit + BUCKETS[-1],
+                          hidden=drafter.needs_hidden, layers=drafter.hidden_layers)
     generator = torch.Generator().manual_seed(config.sampling.seed)  # every sampling decision draws from it
     t0 = t1 = clock(target)
-    out = prefill(target, cache, prompt, hidden=drafter.needs_hidden)  # 0. prefill: the step of an empty tree
+    out = prefill(target, cache, prompt, hidden=drafter.needs_hidden, layers=drafter.hidden_layers)  # 0. prefill: the step of an empty tree
     drafter.begin(prompt, None if out.hidden is None else out.hidden[0, :-1])  # rooted at the prompt's last token
     out = replace(out, hidden=None if out.hidden is None else out.hidden[:, -1:])  # the root's state, as a step's
     ids, draft, past = prompt, NO_DRAFT, len(prompt) - 1
@@ -154,7 +155,7 @@ def speculative_steps(target: Target, drafter: Drafter, prompt_ids: Sequence[int
         draft = drafter.propose(ids)  # 1. draft a token tree rooted at the last committed token
         t1 = clock(target)
         past = cache.get_seq_length()
-        out = verify(target, cache, ids[-1], draft, hidden=drafter.needs_hidden)  # 2. verify it
+        out = verify(target, cache, ids[-1], draft, hidden=drafter.needs_hidden, layers=drafter.hidden_layers)  # 2. verify it
 
 
 def generate(target: Target, drafter: Drafter, prompt_ids: Sequence[int], config: DecodeConfig) -> Generation:
@@ -179,10 +180,11 @@ def _check_prompt(target: Target, prompt: list[int], config: DecodeConfig) -> in
     return min(config.max_new_tokens, room)
 
 
-def prefill(target: Target, cache, ids: list[int], *, hidden: bool) -> TargetOutput:
+def prefill(target: Target, cache, ids: list[int], *, hidden: bool, layers: tuple[int, ...] = ()) -> TargetOutput:
     """Put `ids` (non-empty) into the empty cache with one causal forward: the logits after the last,
-    `(1, 1, V)`, and every position's hidden state `(1, len(ids), H)` if asked."""
-    return cache.run(target, torch.tensor(ids), torch.arange(len(ids)), None, logits_to_keep=1, hidden=hidden)
+    `(1, 1, V)`, and every position's hidden state `(1, len(ids), H)` (or `layers`' inputs) if asked."""
+    return cache.run(target, torch.tensor(ids), torch.arange(len(ids)), None, logits_to_keep=1, hidden=hidden,
+                     layers=layers)
 
 
 def clock(target: Target) -> float:

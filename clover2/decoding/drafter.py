@@ -3,8 +3,9 @@
 The decoder calls `begin` once per sequence, then `verified` and `observe` for the prefill's first
 token (the step of an empty tree), then per step `propose`, `verified` (the target's logits over the
 proposed tree, for drafters that learn from them) and `observe` (what was kept). A drafter
-that reads the target's hidden states sets `needs_hidden`; it then receives the last hidden
-state before the final norm for every position whose KV entry was committed. Implementations:
+that reads the target's hidden states sets `needs_hidden`; it then receives, for every position
+whose KV entry was committed, the last hidden state before the final norm, or with `hidden_layers`
+the inputs of those target layers concatenated (EAGLE-3's fused features). Implementations:
 `NoDrafter` (plain decoding), the training-free `clover2.decoding.prompt_lookup`,
 `clover2.decoding.suffix` and `clover2.decoding.token_recycling`, `clover2.drafts.ModelDrafter`
 (the trained draft models) and `clover2.decoding.union` (several drafters in one tree).
@@ -22,6 +23,7 @@ from clover2.decoding.tree import NO_DRAFT, Draft
 
 class Drafter(ABC):
     needs_hidden: bool = False  # does `observe` need the target's pre-norm hidden states?
+    hidden_layers: tuple[int, ...] = ()  # whose inputs `hidden` holds instead (Target.forward's `layers`)
     reads_logits: bool = False  # does `verified` learn from the target's logits over the tree?
 
     def begin(self, prompt_ids: Sequence[int], hidden: torch.Tensor | None) -> None:
@@ -49,7 +51,8 @@ class Recording(Drafter):
     """Passes a drafter through, keeping every draft it proposes (tree fitting, traced steps)."""
 
     def __init__(self, inner: Drafter):
-        self.inner, self.needs_hidden, self.reads_logits, self.drafts = inner, inner.needs_hidden, inner.reads_logits, []
+        self.inner, self.drafts = inner, []
+        self.needs_hidden, self.hidden_layers, self.reads_logits = inner.needs_hidden, inner.hidden_layers, inner.reads_logits
 
     def begin(self, prompt_ids, hidden):
         self.inner.begin(prompt_ids, hidden)

@@ -27,9 +27,11 @@ def cache_kwarg(model_class: type) -> str:
 def capture_states(model: nn.Module, into: list[torch.Tensor], layers: tuple[int, ...] = ()) -> Iterator[None]:
     """Append what a draft reads of the target's forward to `into`: the input of the decoder's final
     norm (the last hidden state before it), or with `layers`, the inputs of those decoder layers
-    concatenated in the order given (EAGLE-3's fused features: `(B, T, len(layers) * H)`)."""
+    concatenated in the order given (EAGLE-3's fused features: `(B, T, len(layers) * H)`). Index L,
+    one past the last of the L layers, names the final norm: its input is the last hidden state."""
     decoder = model.get_decoder()
-    modules = [decoder.layers[i] for i in layers] if layers else [decoder.norm]
+    stages = [*decoder.layers, decoder.norm]
+    modules = [stages[i] for i in layers or (len(decoder.layers),)]
     got: list[torch.Tensor | None] = [None] * len(modules)  # each module's input, in the order asked
 
     def hook(k):
@@ -70,7 +72,10 @@ def final_norm_like(text_config) -> nn.Module:
     return decoder_stack(text_config, 0, final_norm=True).norm
 
 
-def run_stack(stack: nn.Module, z: torch.Tensor, *, cache=None, position_ids=None, attention_mask=None) -> torch.Tensor:
-    """A `decoder_stack` over input vectors `z` `(B, T, H)`, with its own cache if given."""
+def run_stack(stack: nn.Module, z: torch.Tensor, *, cache=None, position_ids=None, attention_mask=None,
+              **attention_kwargs) -> torch.Tensor:
+    """A `decoder_stack` over input vectors `z` `(B, T, H)`, with its own cache if given;
+    `attention_kwargs` reach the attention function (transformers passes them through every layer)."""
     kwargs = {} if cache is None else {cache_kwarg(type(stack)): cache, "use_cache": True}
-    return stack(inputs_embeds=z, position_ids=position_ids, attention_mask=attention_mask, **kwargs).last_hidden_state
+    return stack(inputs_embeds=z, position_ids=position_ids, attention_mask=attention_mask, **kwargs,
+                 **attention_kwargs).last_hidden_state

@@ -32,6 +32,7 @@ class Reference:
     hidden: torch.Tensor  # (len(ids) - 1, H): every position whose KV entry plain decoding committed
     prompt_len: int
     config: DecodeConfig
+    layers: tuple[int, ...] = ()  # whose inputs `hidden` holds, concatenated (index L: the last state)
 
 
 class _Recorder(NoDrafter):
@@ -39,8 +40,9 @@ class _Recorder(NoDrafter):
 
     needs_hidden = True
 
-    def __init__(self):
+    def __init__(self, layers: tuple[int, ...] = ()):
         self.hidden: list[torch.Tensor] = []
+        self.hidden_layers = layers
 
     def begin(self, prompt_ids, hidden):
         self.hidden = [] if hidden is None else [hidden]
@@ -49,14 +51,18 @@ class _Recorder(NoDrafter):
         self.hidden.append(hidden)
 
 
-def plain_reference(target: Target, prompt_ids: Sequence[int], config: DecodeConfig) -> Reference:
-    """Decode `prompt_ids` plainly (greedy, `config`'s limits and stops), keeping the hidden states."""
+def plain_reference(target: Target, prompt_ids: Sequence[int], config: DecodeConfig, *,
+                    layers: tuple[int, ...] = ()) -> Reference:
+    """Decode `prompt_ids` plainly (greedy, `config`'s limits and stops), keeping the hidden states:
+    the inputs of target `layers` (`Target.forward`'s; index L is the last hidden state, the default),
+    enough for replaying every drafter whose `hidden_layers` are among them."""
     if not config.sampling.greedy:
         raise Clover2Error("a replay reproduces greedy decoding only (temperature 0)")
-    recorder = _Recorder()
+    layers = tuple(layers) or (target.config.get_text_config().num_hidden_layers,)
+    recorder = _Recorder(layers)
     g = generate(target, recorder, prompt_ids, config)
     return Reference(ids=list(prompt_ids) + g.output_ids, hidden=torch.cat(recorder.hidden), prompt_len=len(prompt_ids),
-                     config=config)
+                     config=config, layers=layers)
 
 
 class ReplayCache:
@@ -70,7 +76,7 @@ class ReplayCache:
         return self.length
 
     def run(self, target, ids: torch.Tensor, positions: torch.Tensor, visible: torch.Tensor | None, *,
-            hidden: bool = False, logits_to_keep: int = 0) -> TargetOutput:
+            hidden: bool = False, layers: tuple[int, ...] = (), logits_to_keep: int = 0) -> TargetOutput:
         n, past, last = len(ids), self.length, len(self.ref.ids) - 1
         if visible is None:  # the prefill: the prompt's positions, in order
             visible = torch.ones(n, n, dtype=torch.bool).tril()
@@ -82,12 +88,21 @@ class ReplayCache:
         rows = torch.nonzero(match & (positions < last)).flatten()
         logits[rows, self.seq[nxt[rows]]] = 1.0  # the target's greedy choice after a node on the path
         keep = slice(n - logits_to_keep, n) if logits_to_keep else slice(0, n)
-        states = self.ref.hidden[pos.clamp(max=len(self.ref.hidden) - 1)][None] if hidden else None
+        states = self._states(target, layers)[pos.clamp(max=len(self.ref.hidden) - 1)][None] if hidden else None
         self.length = past + n
         return TargetOutput(logits=logits[None, keep], hidden=states)
 
     def commit(self, past: int, path: torch.Tensor) -> None:
         self.length = past + int(path.numel())
+
+    def _states(self, target, layers: tuple[int, ...]) -> torch.Tensor:
+        """The recorded states of `layers` (empty: the last hidden state), concatenated in that order."""
+        want = layers or (target.config.get_text_config().num_hidden_layers,)
+        if not set(want) <= set(self.ref.layers):
+            raise Clover2Error(f"the drafter reads the inputs of target layers {list(want)}; this reference holds "
+                               f"{list(self.ref.layers)}: record it with plain_reference(..., layers=...)")
+        blocks = self.ref.hidden.unflatten(-1, (len(self.ref.layers), -1))
+        return blocks[:, [self.ref.layers.index(i) for i in want]].flatten(-2)
 
 
 def replay(target: Target, drafter: Drafter, ref: Reference) -> Generation:

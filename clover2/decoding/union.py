@@ -28,6 +28,7 @@ import torch
 
 from clover2.decoding.drafter import Drafter
 from clover2.decoding.tree import NO_DRAFT, Draft, TreeBuilder
+from clover2.errors import Clover2Error
 
 
 def preference(draft: Draft) -> list[int]:
@@ -48,6 +49,11 @@ class Union(Drafter):
         self.sources, self.budgets = dict(sources), dict(budgets or {})
         self.one_source, self.calibrating = one_source, calibrating
         self.needs_hidden = any(d.needs_hidden for d in self.sources.values())
+        reads = {d.hidden_layers for d in self.sources.values() if d.needs_hidden}
+        if len(reads) > 1:
+            raise Clover2Error(f"the drafters of a union read different target states ({sorted(reads)}): one "
+                               "forward returns one kind, so combine drafts that read the same")
+        self.hidden_layers = next(iter(reads), ())
         self.reads_logits = any(d.reads_logits for d in self.sources.values())
         self.seconds: dict[str, list[float]] = {name: [] for name in self.sources}  # per source, per step
         self.ranks: list[list[dict[str, int]]] = []  # calibrating: per step, per node, its rank in each source

@@ -26,10 +26,13 @@ class Accepted:
     tokens: list[int]  # the k accepted draft tokens followed by the bonus token
 
 
-def verify(target: Target, cache, root: int, draft: Draft, *, hidden: bool = False) -> TargetOutput:
-    """Run the target once over [root] + draft tokens, each attending to the prefix and its ancestors."""
+def verify(target: Target, cache, root: int, draft: Draft, *, hidden: bool = False,
+           layers: tuple[int, ...] = ()) -> TargetOutput:
+    """Run the target once over [root] + draft tokens, each attending to the prefix and its ancestors
+    (with `hidden`, returning the states a draft reads: `layers`, see `Target.forward`)."""
     ids = torch.cat([torch.tensor([root]), draft.tokens])  # (N,)
-    return cache.run(target, ids, cache.get_seq_length() + draft.tree.depth, draft.tree.ancestors, hidden=hidden)
+    return cache.run(target, ids, cache.get_seq_length() + draft.tree.depth, draft.tree.ancestors, hidden=hidden,
+                     layers=layers)
 
 
 def accept_greedy(draft: Draft, logits: torch.Tensor) -> Accepted:

@@ -9,9 +9,11 @@ the profiles, the benchmark's method specs and the notebooks all take their name
 from clover2.drafts.base import DraftModel
 from clover2.drafts.clover import Clover1Draft, Clover2Draft
 from clover2.drafts.eagle import Eagle1Draft
+from clover2.drafts.eagle3 import Eagle3Draft
 from clover2.drafts.medusa import Medusa1Draft
 
-ARCHITECTURES: dict[str, type[DraftModel]] = {m.arch: m for m in (Clover2Draft, Clover1Draft, Eagle1Draft, Medusa1Draft)}
+ARCHITECTURES: dict[str, type[DraftModel]] = {m.arch: m for m in (Clover2Draft, Clover1Draft, Eagle1Draft, Eagle3Draft,
+                                                                      Medusa1Draft)}
 
 
 def build_draft(config, target, *, d2t=None) -> DraftModel:

@@ -11,9 +11,11 @@ dominant cost of drafting on a CPU.
 
 A subclass per architecture (`clover.py`, `eagle.py`, `medusa.py`) implements:
 
-- `features(h)`: the space the draft reads the target's state in: the pre-norm state h (Clover), or
-  the normed feature that enters the LM head (EAGLE-1 and Medusa, as their official code);
-- training: `_heads(x, next_ids)`, the per-head vectors fed to the LM head (teacher forcing);
+- `features(h)`: the space the draft reads the target's state in: the pre-norm state h (Clover), the
+  normed feature that enters the LM head (EAGLE-1 and Medusa, as their official code), or a
+  projection of several target layers' inputs (EAGLE-3, whose `layers_read` names them);
+- training: `_heads(x, next_ids, steps)`, the per-head vectors fed to the LM head (teacher forcing)
+  for `steps` heads (training-time test: the unrolled decode steps, `TrainConfig.ttt_steps`);
 - decoding: `advance` (the sequence part, over newly committed positions), `root_logits` (depth 0)
   and `step` (the states of a batch of tree nodes from their parents' states and their own tokens,
   and the logits of their children). The drafter (`clover2.drafts.drafter`) grows the tree and
@@ -94,23 +96,42 @@ class DraftModel(nn.Module):
 
     # -- training -----------------------------------------------------------------------------
 
-    def forward(self, h: torch.Tensor, next_ids: torch.Tensor) -> list[torch.Tensor]:
-        """Per trained head i, the vectors fed to the LM head at positions 0..T-1-i.
+    def forward(self, h: torch.Tensor, next_ids: torch.Tensor, *, steps: int = 0) -> list[torch.Tensor]:
+        """Per trained head i, the vectors fed to the LM head at positions 0..T-1-i (Medusa: 0..T-1).
 
-        `h`: `(B, T, H)` pre-norm target states; `next_ids`: `(B, T)`, next_ids[:, t] = x_{t+1}.
-        Head i's output at t predicts x_{t+2+i}. In training, the input features get uniform noise of
+        `h`: `(B, T, H)` target states (`(B, T, len(layers_read) * H)` for a draft that reads several
+        layers); `next_ids`: `(B, T)`, next_ids[:, t] = x_{t+1}. Head i's output at t predicts
+        x_{t+2+i}. `steps`: how many heads (depths) to train, 0 for the architecture's own
+        (`trained_heads`; see `check_steps`). In training, the input features get uniform noise of
         half-width input_noise * 512 / T (EAGLE-1's; T is the padded batch length here).
         """
+        steps = steps or self.trained_heads
+        self.check_steps(steps)
         x = self.features(h)
         if self.config.input_noise and self.training:
             x = x + (torch.rand_like(x) - 0.5) * (2 * self.config.input_noise * 512 / x.shape[1])
-        return self._heads(x, next_ids)
+        return self._heads(x, next_ids, steps)
+
+    def check_steps(self, steps: int) -> None:
+        """Refuse a number of trained heads this draft cannot have (training-time test's `ttt_steps`)."""
+        if steps < 1 or (self.max_tree_depth is not None and steps > self.max_tree_depth):
+            raise Clover2Error(f"a {self.arch} draft trains 1 to {self.max_tree_depth or 'any number of'} heads, "
+                               f"not {steps}")
+
+    @classmethod
+    def layers_read(cls, target_config) -> tuple[int, ...]:
+        """The target layers whose inputs the draft reads, concatenated (empty: the last hidden state)."""
+        return ()
+
+    @property
+    def hidden_layers(self) -> tuple[int, ...]:
+        return self.layers_read(self.target_config)
 
     def features(self, h: torch.Tensor) -> torch.Tensor:
         """The target's state as this draft reads it (default: the pre-norm state itself)."""
         return h
 
-    def _heads(self, x: torch.Tensor, next_ids: torch.Tensor) -> list[torch.Tensor]:
+    def _heads(self, x: torch.Tensor, next_ids: torch.Tensor, steps: int) -> list[torch.Tensor]:
         raise NotImplementedError
 
     @property

@@ -83,11 +83,11 @@ class Clover2Draft(DraftModel):
         gain = self.config.value_gain or float(hidden.pow(2).mean().sqrt() / self.embed.weight.float().pow(2).mean().sqrt())
         self.ad0.gain.fill_(gain)
 
-    def _heads(self, h, next_ids):
+    def _heads(self, h, next_ids, steps):
         e = self.embed(next_ids)  # (B, T, H): E(x_{t+1})
         s = self._trunk(h, e)
         outs = [self._project(s, None)]
-        for i in range(1, self.config.num_heads):
+        for i in range(1, min(steps, h.shape[1])):
             s, e_i = s[:, :-1], e[:, i:]  # state at t paired with E(x_{t+1+i})
             s = self.ad1(s, e_i)
             outs.append(self._project(s, e_i))

@@ -13,7 +13,7 @@ from clover2.errors import Clover2Error
 
 @dataclass(frozen=True)
 class DraftConfig:
-    arch: str = "clover2"  # a name in clover2.drafts.ARCHITECTURES: clover2 | clover1 | eagle1 | medusa
+    arch: str = "clover2"  # a name in clover2.drafts.ARCHITECTURES: clover2 | clover1 | eagle1 | eagle3 | medusa
     num_heads: int = 5  # draft depths: tokens proposed ahead of the root along one path
     aug_layers: int = 2  # decoder layers in the Augmenting Block (EAGLE-1: its single layer)
     extraction: str = "before"  # fuse the next token "before" the Augmenting Block (Clover-2) or "after" (Clover-1)
@@ -24,7 +24,9 @@ class DraftConfig:
     # Clover-2 code: 0 at its HEAD, -1 at its earlier commit 934e306); "last" / "first": the target's
     # last / first layers, one each, in order (this project's earlier choice); "random": fresh (EAGLE-1).
     init_layer: str | int = "last"
-    loss: str = "distill"  # distill: soft CE + regression (Clover-2); hard: CE on the data; eagle: EAGLE-1's
+    # distill: soft CE + regression (Clover-2); hard: CE on the data; eagle: EAGLE-1's; eagle3: soft CE
+    # against the target renormalized over the draft vocabulary, where its top-1 lies inside (EAGLE-3's)
+    loss: str = "distill"
     ce_weight: float = 1.0  # weight of the cross-entropy term
     regression_weight: float = 10.0  # weight of SmoothL1 to the target's (normed) hidden state
     head_decay: float = 0.7  # head i's loss is scaled by head_decay ** i
@@ -41,7 +43,7 @@ class DraftConfig:
         from clover2.drafts import ARCHITECTURES  # the registry imports the models, which import this module
 
         choices = {"arch": tuple(ARCHITECTURES), "extraction": ("before", "after"), "embedding": ("lm_head", "input"),
-                   "loss": ("distill", "hard", "eagle")}
+                   "loss": ("distill", "hard", "eagle", "eagle3")}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise Clover2Error(f"draft config: {name}={getattr(self, name)!r}, expected one of {allowed}")

@@ -73,6 +73,7 @@ class ModelDrafter(Drafter):
         if model.max_tree_depth is not None and depth > model.max_tree_depth:
             raise Clover2Error(f"tree depth {depth} exceeds the {model.max_tree_depth} heads of this {model.arch} draft")
         self.model, self.tree, self.sampling = model, tree, sampling
+        self.hidden_layers = model.hidden_layers  # the target states it reads (EAGLE-3: three layers' inputs)
         self.device, self.dtype = next(model.parameters()).device, next(model.parameters()).dtype
         # EAGLE-1's step attends to its growing draft cache, which a graph cannot follow: it stays eager
         graphs = graphs and self.device.type == "cuda" and not model.attends_to_tree

@@ -9,6 +9,10 @@ no input norm (the official layer index 0 skips it) and starts random (PyTorch's
 the official `nn.Module`); inputs get uniform noise during training. Deeper tokens come from feeding
 the predicted feature back: each tree node appends one entry to the draft's own KV cache and attends
 to the committed sequence, its tree ancestors and itself (`TreeAttention`).
+
+EAGLE-1 trains that one step only, on the target's features. With `TrainConfig.ttt_steps` = k it
+also trains on k - 1 steps of its own predictions (`clover2.drafts.ttt`), which is how EAGLE-3
+(`clover2.drafts.eagle3`, a subclass) trains.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from torch import nn
 
 from clover2.decoding.hf_compat import decoder_stack, run_stack
 from clover2.drafts.base import DraftModel, TreeAttention, copy_layers
+from clover2.drafts.ttt import unrolling
 
 
 class Eagle1Draft(DraftModel):
@@ -47,8 +52,17 @@ class Eagle1Draft(DraftModel):
     def features(self, h):
         return self.target_norm(h)  # the feature the target's LM head reads
 
-    def _heads(self, x, next_ids):
-        return [self._predict(x, self.embed(next_ids))]
+    def _heads(self, x, next_ids, steps):
+        """Step j's outputs at positions t = 0..T-1-j (the state fed back at depth j of a tree)."""
+        e, T = self.embed(next_ids), x.shape[1]
+        outs, s = [], x
+        with unrolling(self.block) as unrolled:
+            for j in range(min(steps, T)):
+                n = T - j
+                pos = torch.arange(j, j + n, device=x.device)[None]
+                s = self._predict(s[:, :n], e[:, j:j + n], position_ids=pos, unrolled=unrolled)
+                outs.append(s)
+        return outs
 
     def advance(self, h, next_ids, cache):
         past = cache.get_seq_length()
@@ -72,7 +86,6 @@ class Eagle1Draft(DraftModel):
         s = self._predict(parents[None], e[None], cache=cache, position_ids=pos, attention_mask=mask[None, None])[0]
         return s, self.logits(s)
 
-    def _predict(self, f, e, *, cache=None, position_ids=None, attention_mask=None):
-        """The predicted next feature f̂_{t+1} from [E(x_{t+1}); f_t]."""
-        return run_stack(self.block, self.fc(torch.cat([e, f], -1)), cache=cache, position_ids=position_ids,
-                         attention_mask=attention_mask)
+    def _predict(self, f, e, **stack_kwargs):
+        """The predicted next feature f̂_{t+1} from [E(x_{t+1}); f_t] (`stack_kwargs`: see `run_stack`)."""
+        return run_stack(self.block, self.fc(torch.cat([e, f], -1)), **stack_kwargs)

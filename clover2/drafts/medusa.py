@@ -41,8 +41,8 @@ class Medusa1Draft(DraftModel):
     def features(self, h):
         return self.target_norm(h)  # the last hidden state as Medusa reads it (after the final norm)
 
-    def _heads(self, x, next_ids):
-        return [head(x) for head in self.heads]
+    def _heads(self, x, next_ids, steps):
+        return [head(x) for head in self.heads[:steps]]
 
     @property
     def max_tree_depth(self) -> int:

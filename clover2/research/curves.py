@@ -26,15 +26,23 @@ from clover2.decoding.replay import Reference
 from clover2.decoding.target import Target
 from clover2.drafts.checkpoint import SIDECAR
 from clover2.files import atomic_path
-from clover2.measure.acceptance import replayed_steps
+from clover2.measure.acceptance import paired_tau_intervals, replayed_steps
 from clover2.paths import cache_root
 from clover2.research.paper import PAPER_ANSWER_TOKENS
+
+DYNAMIC_60 = "dynamic:60:5:10"  # EAGLE-2's dynamic tree, as the benchmark's methods grow it
 
 
 def snapshots(run: str | Path) -> dict[int, Path]:
     """A run's finished snapshots by step (those whose sidecar is written)."""
     return {int(p.parent.name.removeprefix("step_")): p.parent
             for p in sorted(Path(run).glob(f"snapshots/step_*/{SIDECAR}"))}
+
+
+def _arch(run: str | Path) -> str:
+    """The architecture a run trains (from its first snapshot; clover2 before any snapshot exists)."""
+    first = next(iter(snapshots(run).values()), None)
+    return json.loads((first / SIDECAR).read_text())["draft_config"]["arch"] if first else "clover2"
 
 
 def _state(snapshot: Path) -> dict:
@@ -131,6 +139,29 @@ def ratio(steps: pd.DataFrame, *, tree: str = "eagle25", num: str = "clover2", d
     return pd.DataFrame(rows)
 
 
+# The paired comparisons of the curves' page: (draft, the one it is compared with)
+PAIRS = (("clover2", "eagle1"), ("clover2", "eagle3"), ("eagle1", "eagle3"), ("clover2-ttt7", "clover2"),
+         ("eagle1-ttt7", "eagle1"), ("eagle3", "eagle1"))
+
+
+def pairs(steps: pd.DataFrame, comparisons: Sequence[tuple[str, str]] = PAIRS, *, n_boot: int = 2000) -> pd.DataFrame:
+    """Per tree, pair of drafts (both measured) and snapshot step they share: both taus on the same
+    prompts, their ratio, and the 95% bootstrap interval of the tau difference on prompts resampled
+    together (`delta_lo`, `delta_hi`: an interval excluding 0 is a difference beyond prompt noise)."""
+    rows = []
+    for (tree, step), sub in steps.groupby(["tree", "step"], sort=True):
+        for num, den in comparisons:
+            both = sub[sub.draft.isin([num, den])].rename(columns={"draft": "variant"})
+            if both.variant.nunique() < 2:
+                continue
+            ci = paired_tau_intervals(both, reference=den, n_boot=n_boot).loc[num]
+            tau = both.groupby("variant").tokens.sum() / both.groupby("variant").steps.sum()
+            rows.append({"tree": tree, "step": step, "draft": num, "against": den, "tau": tau[num],
+                         "against_tau": tau[den], "ratio": tau[num] / tau[den], "delta_lo": ci.delta_lo,
+                         "delta_hi": ci.delta_hi})
+    return pd.DataFrame(rows)
+
+
 def prediction(evals: pd.DataFrame, dev_steps: pd.DataFrame, bench_steps: pd.DataFrame) -> pd.DataFrame:
     """Per draft, snapshot and task: the held-out measure (teacher-forced head-0 top-1 on the dev
     prompts' answers), the 1-node tree's acceptance decoding those dev prompts, and decoding the
@@ -155,7 +186,7 @@ def run(target: Target, runs: Mapping[str, str | Path], out: str | Path, *, task
     Resumes: each snapshot is replayed once, the plain decodings are cached (under the cache root)."""
     from clover2.decoding.decode import DecodeConfig
     from clover2.decoding.prompts import first_turn_ids
-    from clover2.measure.acceptance import references
+    from clover2.measure.acceptance import layers_read, references
     from clover2.measure.tasks import load_task
     from clover2.research.figures import learning_curves
 
@@ -163,10 +194,12 @@ def run(target: Target, runs: Mapping[str, str | Path], out: str | Path, *, task
     out.mkdir(parents=True, exist_ok=True)
     config = DecodeConfig(max_new_tokens=max_new_tokens, engine=engine)
     tables, prompts_of = {}, {}
-    for name, split, n, trees in (("bench", "bench", n_per_task, ("eagle25", "chain1")), ("dev", "dev", dev_per_task, ("chain1",))):
+    bench_trees = ("eagle25", DYNAMIC_60, "chain1")
+    for name, split, n, trees in (("bench", "bench", n_per_task, bench_trees), ("dev", "dev", dev_per_task, ("chain1",))):
         prompts = prompts_of[name] = [(r.category, first_turn_ids(target, r))
                                       for t in tasks for r in load_task(t, n, seed, split=split)]
-        refs = references(target, prompts, config, cache=cache_root() / "references" / f"{target.name}-{name}.pt")
+        refs = references(target, prompts, config, cache=cache_root() / "references" / f"{target.name}-{name}.pt",
+                          layers=layers_read(target, [_arch(run) for run in runs.values()]))
         tables[f"{name}_steps"] = measure(target, runs, prompts, refs, out / f"{name}_steps.csv", trees=trees, engine=engine)
     if tables["bench_steps"].empty:  # no snapshot yet
         return tables
@@ -176,7 +209,8 @@ def run(target: Target, runs: Mapping[str, str | Path], out: str | Path, *, task
     tables["extrapolation"] = extrapolate(tables["bench_steps"])
     if {"clover2", "eagle1"} <= set(runs):
         tables["ratio"] = ratio(tables["bench_steps"])
-    for name in ("evaluations", "prediction", "taus", "extrapolation", "ratio"):
+    tables["pairs"] = pairs(tables["bench_steps"])
+    for name in ("evaluations", "prediction", "taus", "extrapolation", "ratio", "pairs"):
         if name in tables:
             with atomic_path(out / f"{name}.csv") as tmp:
                 tables[name].to_csv(tmp, index=False)

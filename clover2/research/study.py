@@ -25,7 +25,6 @@ import shutil
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import yaml
 
@@ -35,7 +34,7 @@ from clover2.decoding.target import Target
 from clover2.drafts.checkpoint import SIDECAR, load_draft
 from clover2.errors import Clover2Error
 from clover2.files import atomic_path, jsonable, same_config, stable_hash, write_json, write_text
-from clover2.measure.acceptance import references, replayed_steps
+from clover2.measure.acceptance import layers_read, paired_tau_intervals, references, replayed_steps
 from clover2.measure.bench import run_bench
 from clover2.measure.methods import MethodSpec
 from clover2.measure.provenance import code_version, commit, machine
@@ -67,21 +66,6 @@ VARIANTS: dict[str, tuple[str, dict]] = {
     "clover2-input-embedding": ("clover2", {"embedding": "input"}),
     "clover2-full-vocab": ("clover2", {"draft_vocab": 0}),
 }
-
-
-def paired_tau_intervals(runs: pd.DataFrame, *, reference: str, n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
-    """Per variant, 95% bootstrap intervals of tau (sum of tokens / sum of steps over resampled
-    prompts) and of its difference from the `reference` variant's on the same resample. `runs`: one
-    row per variant and prompt, with columns variant, prompt, tokens, steps."""
-    tokens = runs.pivot(index="prompt", columns="variant", values="tokens")
-    steps = runs.pivot(index="prompt", columns="variant", values="steps")
-    variants = list(dict.fromkeys(runs.variant))
-    picks = np.random.default_rng(seed).integers(0, len(tokens), size=(n_boot, len(tokens)))
-    taus = {v: tokens[v].to_numpy()[picks].sum(1) / steps[v].to_numpy()[picks].sum(1) for v in variants}
-    rows = {v: {"tau_lo": np.percentile(t, 2.5), "tau_hi": np.percentile(t, 97.5),
-                "delta_lo": np.percentile(t - taus[reference], 2.5),
-                "delta_hi": np.percentile(t - taus[reference], 97.5)} for v, t in taus.items()}
-    return pd.DataFrame.from_dict(rows, orient="index").rename_axis("variant")
 
 
 def training_log(path: Path, variant: str) -> pd.DataFrame:
@@ -221,7 +205,8 @@ class Study:
         prompts = [(r.category, first_turn_ids(self.target, r)) for r in records]
         engine = self.profile.study.engine
         models = {v: self.draft(v) for v in variants}  # trained first, outside the replays
-        refs = references(self.target, prompts, DecodeConfig(max_new_tokens=max_new_tokens, engine=engine))
+        refs = references(self.target, prompts, DecodeConfig(max_new_tokens=max_new_tokens, engine=engine),
+                          layers=layers_read(self.target, [m.arch for m in models.values()]))
         df = replayed_steps(self.target, models, prompts, refs, trees=[tree], engine=engine).rename(columns={"draft": "variant"})
         per_task = df.groupby(["variant", "task"], sort=False)[["tokens", "steps"]].sum().reset_index()
         overall = df.groupby("variant", sort=False)[["tokens", "steps"]].sum().reset_index().assign(task="overall")

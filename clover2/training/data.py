@@ -18,6 +18,10 @@ Per token of every conversation a shard stores:
 - `hidden` (float16, H): the target's last hidden state *before* the final norm: the draft's input.
   The normed state (the regression target) is recomputed from it with the frozen target norm, so it
   costs no disk;
+- `fused` (float16, 3H; with `fused_states`): the inputs of the target layers EAGLE-3 reads
+  (`clover2.drafts.eagle3.fused_layers`), from the same forward. Stored, they cost 3x the disk of
+  `hidden` once; EAGLE-3's official trainer recomputes them in every training step instead, which
+  costs a target forward per batch (here the labelling rate, ~555 tokens/s on a 2-core Zen 4);
 - `topk_ids` (int32, k) and `topk_logp` (float16, k): the target's next-token distribution after
   this token, as its k most likely tokens and their log-probabilities. The top 32 of SmolLM2 hold
   ~0.97 of the mass on average (measured on its own greedy answers): a sparse top-k keeps the data
@@ -50,11 +54,12 @@ from clover2.measure.tasks import SPEC_BENCH_TASKS, load_task, training_prompts
 
 SOURCES = ("corpus", "self")  # conversations as they are; the target's own answers
 ARRAYS = ("ids", "hidden", "topk_ids", "topk_logp", "response")
+FUSED = "fused"  # the optional array of EAGLE-3's fused states
 
 
 @dataclass(frozen=True)
 class Batch:
-    h: torch.Tensor  # (B, T, H) pre-norm target states
+    h: torch.Tensor  # (B, T, H) pre-norm target states (or (B, T, 3H) fused ones, for a draft that reads them)
     next_ids: torch.Tensor  # (B, T) x_{t+1} (0 past the end)
     topk_ids: torch.Tensor  # (B, T, k) target's most likely next tokens after t, in draft-vocab ids (-1: outside)
     topk_p: torch.Tensor  # (B, T, k) their probabilities
@@ -79,6 +84,7 @@ class DataConfig:
     max_new_tokens: int = 192  # self: cap on each answer
     batch_size: int = 16  # self: conversations generated together
     top_k: int = 32  # size of the stored sparse target distribution
+    fused_states: bool = False  # also store EAGLE-3's fused states (the inputs of target layers 2, L/2, L-3)
     shard_conversations: int = 128  # conversations per shard (the unit of resumption)
     seed: int = 0  # shuffles the corpus before taking conversations
     eval_conversations: int = 64  # held-out set: the target's own answers to this many prompts never trained on
@@ -158,7 +164,8 @@ def prepare_data(target: Target, corpus: list[list[dict]], out: Path, config: Da
     n_shards = len(shards)
     if rank == 0:
         out.mkdir(parents=True, exist_ok=True)
-        write_json(meta_path, {"target": identity, "config": asdict(config), "complete": False})
+        write_json(meta_path, {"target": identity, "config": asdict(config), "complete": False,
+                               "fused_layers": list(_fused(target, config))})
     todo = [k for k in range(rank, n_shards, world) if not (out / f"shard_{k:05d}").exists()]
     for k in tqdm(todo, desc=f"data shards (rank {rank})", unit="shard"):
         source, category, part = shards[k]
@@ -197,7 +204,7 @@ def finalize(out: Path, n_shards: int) -> dict:
         h.update(ids.tobytes())
         tokens += len(ids)
         responses += int(np.load(s / "response.npy").sum())
-        nbytes += sum((s / f"{a}.npy").stat().st_size for a in ARRAYS) + (s / "offsets.npy").stat().st_size
+        nbytes += sum(f.stat().st_size for f in s.glob("*.npy"))
         stats = json.loads((s / "stats.json").read_text())
         seconds = {k: v + stats[k] for k, v in seconds.items()}
         by_source[stats["source"]] += stats["tokens"]
@@ -308,7 +315,9 @@ def _write_shard(path: Path, target: Target, conversations: list[tuple[list[int]
                  *, source: str = "corpus", category: str = "sharegpt", seconds: float) -> None:
     """Label the conversations, packed `pack_tokens` at a time into one forward each; written
     atomically with the shard's token count and labelling time (`stats.json`)."""
-    arrays: dict[str, list[np.ndarray]] = {a: [] for a in ARRAYS}
+    fused = _fused(target, config)
+    L = target.config.get_text_config().num_hidden_layers
+    arrays: dict[str, list[np.ndarray]] = {a: [] for a in (*ARRAYS, *([FUSED] if fused else []))}
     start = time.perf_counter()
     with torch.inference_mode():
         for pack in _packs([len(ids) for ids, _ in conversations], config.pack_tokens):
@@ -316,10 +325,15 @@ def _write_shard(path: Path, target: Target, conversations: list[tuple[list[int]
             lengths = [len(conversations[k][0]) for k in pack]
             out = target.forward(torch.tensor([ids], device=target.device),
                                  torch.cat([torch.arange(m) for m in lengths]).to(target.device)[None],
-                                 _block_causal_mask(lengths, target), target.new_cache(), hidden=True)
+                                 _block_causal_mask(lengths, target), target.new_cache(), hidden=True,
+                                 layers=(*fused, L))  # the fused layers' inputs, then the last state (index L)
             top = torch.log_softmax(out.logits[0], dim=-1).topk(config.top_k, dim=-1)
+            states = out.hidden[0].float().cpu().numpy().astype(np.float16)
             arrays["ids"].append(np.asarray(ids, dtype=np.int32))
-            arrays["hidden"].append(out.hidden[0].float().cpu().numpy().astype(np.float16))
+            H = states.shape[-1] // (len(fused) + 1)
+            arrays["hidden"].append(states[:, -H:])
+            if fused:
+                arrays[FUSED].append(states[:, :-H])
             arrays["topk_ids"].append(top.indices.cpu().numpy().astype(np.int32))
             arrays["topk_logp"].append(top.values.cpu().numpy().astype(np.float16))
             arrays["response"].append(np.asarray([r for k in pack for r in conversations[k][1]], dtype=bool))
@@ -335,6 +349,13 @@ def _write_shard(path: Path, target: Target, conversations: list[tuple[list[int]
                                         "response_tokens": int(sum(sum(m) for _, m in conversations)),
                                         "answer_seconds": round(seconds, 2),
                                         "label_seconds": round(time.perf_counter() - start, 2)})
+
+
+def _fused(target: Target, config: DataConfig) -> tuple[int, ...]:
+    """The layers whose inputs the `fused` array stores (none without `fused_states`)."""
+    from clover2.drafts.eagle3 import fused_layers  # the drafts import the decoder, which this module's users load
+
+    return fused_layers(target.config.get_text_config().num_hidden_layers) if config.fused_states else ()
 
 
 def _packs(lengths: list[int], capacity: int) -> list[list[int]]:
@@ -397,9 +418,15 @@ class DistillData:
                                    f"{m['target']['fingerprint']}), {self.folders[0]} by {self.meta['target']['name']} "
                                    f"(fingerprint {self.meta['target']['fingerprint']}): they cannot be mixed")
         self.target = self.meta["target"]
+        # the layers whose inputs the shards' `fused` arrays hold (empty: none stored)
+        self.fused_layers = tuple(self.meta.get("fused_layers", ()))
+        if any(tuple(m.get("fused_layers", ())) != self.fused_layers for m in self.metas[1:]):
+            raise Clover2Error(f"{', '.join(map(str, self.folders))}: some hold fused states and some do not "
+                               "(or of other layers): they cannot be mixed")
         self.hash = self.meta["hash"] if len(self.metas) == 1 else stable_hash([m["hash"] for m in self.metas], 16)
         dirs = [f / f"shard_{k:05d}" for f, m in zip(self.folders, self.metas) for k in range(m["shards"])]
-        self.shards = [{a: np.load(d / f"{a}.npy", mmap_mode="r") for a in (*ARRAYS, "offsets")} for d in dirs]
+        self.shards = [{a: np.load(d / f"{a}.npy", mmap_mode="r")
+                        for a in (*ARRAYS, "offsets", *([FUSED] if self.fused_layers else []))} for d in dirs]
         self.sequences = [(k, int(o[i]), int(o[i + 1])) for k, s in enumerate(self.shards)
                           for o in [s["offsets"]] for i in range(len(o) - 1)]
         stats = [json.loads((d / "stats.json").read_text()) for d in dirs]
@@ -435,12 +462,23 @@ class DistillData:
             np.add.at(counts, s["ids"][a:b][s["response"][a:b]], 1)
         return counts
 
-    def batch(self, indices: list[int], *, max_len: int, t2d: torch.Tensor, label_mask: bool = False) -> Batch:
+    def check_states(self, layers: tuple[int, ...]) -> None:
+        """Refuse to serve a draft that reads the inputs of `layers` from data that does not hold them."""
+        if layers and tuple(layers) != self.fused_layers:
+            have = f"those of layers {list(self.fused_layers)}" if self.fused_layers else "none"
+            raise Clover2Error(f"the draft reads the inputs of target layers {list(layers)}; "
+                               f"{', '.join(map(str, self.folders))} holds {have}: prepare the data with "
+                               "`fused_states: true` in its data config")
+
+    def batch(self, indices: list[int], *, max_len: int, t2d: torch.Tensor, label_mask: bool = False,
+              fused: bool = False) -> Batch:
         """Right-padded tensors for the sequences `indices`, truncated to `max_len` tokens; with
-        `label_mask`, answer tokens outside the target's stored top-k after them leave the loss mask."""
+        `label_mask`, answer tokens outside the target's stored top-k after them leave the loss mask;
+        with `fused`, `h` holds the fused states instead of the last hidden state."""
         spans = [self.sequences[i] for i in indices]
         T = min(max_len, max(b - a for _, a, b in spans))
-        B, H, k = len(spans), self.shards[0]["hidden"].shape[1], self.shards[0]["topk_ids"].shape[1]
+        states = FUSED if fused else "hidden"
+        B, H, k = len(spans), self.shards[0][states].shape[1], self.shards[0]["topk_ids"].shape[1]
         h = np.zeros((B, T, H), np.float32)
         nxt = np.zeros((B, T), np.int64)
         top_ids = np.zeros((B, T, k), np.int64)
@@ -448,7 +486,7 @@ class DistillData:
         mask = np.zeros((B, T), bool)
         for r, (s_i, a, b) in enumerate(spans):
             s, n = self.shards[s_i], min(b - a, T)
-            h[r, :n] = s["hidden"][a:a + n]
+            h[r, :n] = s[states][a:a + n]
             nxt[r, :n - 1] = s["ids"][a + 1:a + n]
             top_ids[r, :n] = s["topk_ids"][a:a + n]
             top_lp[r, :n] = s["topk_logp"][a:a + n]

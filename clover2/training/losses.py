@@ -7,6 +7,8 @@ and the data token x_{u+1}. The official Clover-2 loss is, per head i,
     0.7^i * (10 * SmoothL1(o_i, norm(h_u)) + 1 * soft-CE(p_target(.|u), q_i))
 
 where soft-CE is -sum_v p(v) log q(v) over the stored top-k of p (forward KL up to a constant).
+EAGLE-3's (`loss: eagle3`) renormalizes p over the draft vocabulary and counts only the positions
+whose target top-1 lies inside it.
 All losses are normalized by the number of positions that count (`denominator`), which callers
 may pass in globally so that data-parallel ranks add up to the single-process loss exactly.
 """
@@ -26,12 +28,16 @@ def head_slices(batch: Batch, i: int, length: int) -> dict[str, torch.Tensor]:
             "mask": batch.mask[:, u]}
 
 
-def soft_ce(logits: torch.Tensor, topk_ids: torch.Tensor, topk_p: torch.Tensor) -> torch.Tensor:
-    """Per-position -sum_k p_k log q(id_k); tokens outside the draft vocabulary drop out. `(..., V) -> (...)`."""
+def soft_ce(logits: torch.Tensor, topk_ids: torch.Tensor, topk_p: torch.Tensor, *,
+            renormalize: bool = False) -> torch.Tensor:
+    """Per-position -sum_k p_k log q(id_k); tokens outside the draft vocabulary drop out (with
+    `renormalize`, the p of the tokens inside are rescaled to sum to 1). `(..., V) -> (...)`."""
     logq = torch.log_softmax(logits, dim=-1)
     inside = topk_ids >= 0
-    picked = logq.gather(-1, topk_ids.clamp(min=0))
-    return -(topk_p * picked * inside).sum(-1)
+    p = topk_p * inside
+    if renormalize:
+        p = p / p.sum(-1, keepdim=True).clamp(min=1e-12)
+    return -(p * logq.gather(-1, topk_ids.clamp(min=0))).sum(-1)
 
 
 def hard_ce(logits: torch.Tensor, label_ids: torch.Tensor) -> torch.Tensor:
@@ -45,12 +51,13 @@ def regression(o: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return F.smooth_l1_loss(o, target, reduction="none").mean(-1)
 
 
-def draft_loss(config, outs: list[torch.Tensor], lm_head, reg_targets: torch.Tensor, batch: Batch, *,
+def draft_loss(config, outs: list[torch.Tensor], lm_head, reg_targets: torch.Tensor | None, batch: Batch, *,
                denominator: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
     """The configured loss over all trained heads, and per-head metrics (loss, top-1, top-5).
 
     The LM head (`lm_head`: head outputs -> draft-vocabulary logits) runs only at the positions that
     count: prompt and padding positions never reach it, which halves the cost of a training step.
+    `reg_targets` may be None when `config.regression_weight` is 0.
     """
     total = outs[0].new_zeros(())
     metrics: dict[str, float] = {}
@@ -61,7 +68,10 @@ def draft_loss(config, outs: list[torch.Tensor], lm_head, reg_targets: torch.Ten
         denom = denominator[i] if denominator is not None else m.sum().clamp(min=1)
         o_m = o[:, :n][m]  # (K, H) outputs at the positions that count
         lg = lm_head(o_m)  # (K, V_draft)
-        if config.loss in ("distill", "eagle"):
+        if config.loss == "eagle3":  # the target's top-1 inside the draft vocabulary, p renormalized there
+            ids = tgt["topk_ids"][m]
+            per_pos = config.ce_weight * soft_ce(lg, ids, tgt["topk_p"][m], renormalize=True) * (ids[:, 0] >= 0)
+        elif config.loss in ("distill", "eagle"):
             per_pos = config.ce_weight * soft_ce(lg, tgt["topk_ids"][m], tgt["topk_p"][m])
         else:
             per_pos = config.ce_weight * hard_ce(lg, tgt["label_ids"][m])

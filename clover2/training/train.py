@@ -74,6 +74,11 @@ class TrainConfig:
     # batches of similar lengths: each run of length_groups x batch_size shuffled sequences is sorted
     # by length and cut into batches, then the batches are shuffled (less padding; 0: off)
     length_groups: int = 0
+    # training-time test (EAGLE-3's): the heads (decode depths) trained, each on the draft's own states
+    # where its decoding feeds them back. 0: the architecture's own (EAGLE-1 1, EAGLE-3 7, Clover-2 and
+    # Medusa their num_heads); k: k of them (EAGLE-1 + TTT; Clover-2's regressive heads already run on
+    # their own states, so k there is how many of them train; Medusa's heads are its depths: at most num_heads)
+    ttt_steps: int = 0
     seed: int = 0
 
     def __post_init__(self):
@@ -85,6 +90,8 @@ class TrainConfig:
             raise Clover2Error(f"train config: autocast_bf16 must be true, false or auto, got {self.autocast_bf16!r}")
         if self.length_groups < 0:
             raise Clover2Error(f"train config: length_groups must be >= 0, got {self.length_groups}")
+        if self.ttt_steps < 0:
+            raise Clover2Error(f"train config: ttt_steps must be >= 0 (0: the architecture's own), got {self.ttt_steps}")
         if self.self_weight < 1:
             raise Clover2Error(f"train config: self_weight must be >= 1, got {self.self_weight}")
         if not self.sources or not set(self.sources) <= set(SOURCES):
@@ -147,6 +154,10 @@ def train(target: Target, data_dir: Path | Sequence[Path], out: Path, draft_conf
         d2t = torch.from_numpy(ranked_tokens(data, V, train_idx)[: draft_config.draft_vocab].copy())
     torch.manual_seed(config.seed)
     model = build_draft(draft_config, target, d2t=d2t)
+    model.check_steps(heads := config.ttt_steps or model.trained_heads)
+    for d in (data, eval_data):
+        d.check_states(model.hidden_layers)
+    fused = bool(model.hidden_layers)
     model.adapt_to(torch.from_numpy(np.asarray(data.shards[0]["hidden"][:4096], dtype=np.float32)))
     t2d = torch.full((V,), -1, dtype=torch.long)
     t2d[model.d2t] = torch.arange(len(model.d2t))
@@ -181,8 +192,8 @@ def train(target: Target, data_dir: Path | Sequence[Path], out: Path, draft_conf
     metrics: dict = {}
     if state["bf16"] == "auto":  # chosen once per run, by timing: a resumed run keeps the choice
         first = first_order[:config.batch_size // world].tolist()  # a batch as trained
-        state["bf16"], timing = _bf16_faster(ddp, model, data.batch(first, max_len=config.max_len, t2d=t2d),
-                                             draft_config, target.device)
+        state["bf16"], timing = _bf16_faster(ddp, model, data.batch(first, max_len=config.max_len, t2d=t2d, fused=fused),
+                                             draft_config, target.device, heads)
         if rank == 0:
             _append_jsonl(log, {"step": state["step"], "autocast_bf16": state["bf16"], **timing})
     with _sigterm_sets_event() as stop:
@@ -194,12 +205,12 @@ def train(target: Target, data_dir: Path | Sequence[Path], out: Path, draft_conf
             glob = order[1][k * config.batch_size:(k + 1) * config.batch_size].tolist()
             local = glob[rank * len(glob) // world:(rank + 1) * len(glob) // world]
             start = time.perf_counter()
-            batch = data.batch(local, max_len=config.max_len, t2d=t2d, label_mask=config.label_mask)
-            counts = head_counts(batch, model.trained_heads)
+            batch = data.batch(local, max_len=config.max_len, t2d=t2d, label_mask=config.label_mask, fused=fused)
+            counts = head_counts(batch, heads)
             if world > 1:
                 dist.all_reduce(counts)
             model.train()
-            loss, metrics = _forward(ddp, model, batch, draft_config, target.device, state["bf16"],
+            loss, metrics = _forward(ddp, model, batch, draft_config, target.device, state["bf16"], heads,
                                      denominator=counts.clamp(min=1).to(target.device))
             if world > 1:  # log the global loss, not this rank's share of it
                 global_loss = loss.detach().clone()
@@ -257,7 +268,9 @@ def evaluate(model: DraftModel, data: DistillData, eval_idx: list[int], t2d: tor
     """The held-out loss and per-head accuracies (means over batches), and per category of prompt
     (`sharegpt` or a benchmark task), pooled over its answer tokens: each head's top-1 (head 0's is
     the 1-node tree's acceptance when decoding those prompts), head 0's top-1 on tokens that repeat
-    their context and on the others, the share of each, and the share inside the draft vocabulary."""
+    their context and on the others, the share of each, and the share inside the draft vocabulary.
+    The heads are those trained (`config.ttt_steps`, else the architecture's own)."""
+    heads, fused = config.ttt_steps or model.trained_heads, bool(model.hidden_layers)
     model.eval()
     sums: dict[str, float] = {}
     pooled: dict[str, dict[str, float]] = {}
@@ -265,9 +278,9 @@ def evaluate(model: DraftModel, data: DistillData, eval_idx: list[int], t2d: tor
     size = config.eval_batches * config.batch_size if config.eval_batches else len(eval_idx)
     for b in range(0, min(len(eval_idx), size), config.batch_size):
         idx = eval_idx[b:b + config.batch_size]
-        batch = _to(data.batch(idx, max_len=config.max_len, t2d=t2d), device)
-        outs = model(batch.h, batch.next_ids)
-        _, m = draft_loss(model.config, outs, model.logits, model.regression_targets(batch.h), batch)
+        batch = _to(data.batch(idx, max_len=config.max_len, t2d=t2d, fused=fused), device)
+        outs = model(batch.h, batch.next_ids, steps=heads)
+        _, m = draft_loss(model.config, outs, model.logits, _regression_targets(model, batch.h), batch)
         for k, v in m.items():
             sums[k] = sums.get(k, 0.0) + v
         n += 1
@@ -312,16 +325,20 @@ def _sigterm_sets_event():
         signal.signal(signal.SIGTERM, previous)
 
 
-def _forward(ddp, model: DraftModel, batch: Batch, draft_config: DraftConfig, device, bf16: bool, *,
+def _forward(ddp, model: DraftModel, batch: Batch, draft_config: DraftConfig, device, bf16: bool, heads: int, *,
              denominator: torch.Tensor | None = None) -> tuple[torch.Tensor, dict]:
-    """The training loss of one batch (and its metrics), under bf16 autocast or not."""
+    """The training loss of one batch over `heads` heads (and its metrics), under bf16 autocast or not."""
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bool(bf16)):
-        outs = ddp(batch.h.to(device), batch.next_ids.to(device))  # one output per trained head
+        outs = ddp(batch.h.to(device), batch.next_ids.to(device), steps=heads)  # one output per trained head
         b = _to(batch, device)
-        return draft_loss(draft_config, outs, model.logits, model.regression_targets(b.h), b, denominator=denominator)
+        return draft_loss(draft_config, outs, model.logits, _regression_targets(model, b.h), b, denominator=denominator)
 
 
-def _bf16_faster(ddp, model: DraftModel, batch: Batch, draft_config: DraftConfig, device,
+def _regression_targets(model: DraftModel, h: torch.Tensor) -> torch.Tensor | None:
+    return model.regression_targets(h) if model.config.regression_weight else None
+
+
+def _bf16_faster(ddp, model: DraftModel, batch: Batch, draft_config: DraftConfig, device, heads: int,
                  repeats: int = 3) -> tuple[bool, dict]:
     """Whether a training step's forward and backward run faster under bf16 autocast here: each
     timed `repeats` times, alternating, after one warm-up each (the gradients are discarded; with
@@ -330,7 +347,7 @@ def _bf16_faster(ddp, model: DraftModel, batch: Batch, draft_config: DraftConfig
     for k in range(repeats + 1):
         for bf16 in (False, True):
             start = time.perf_counter()
-            _forward(ddp, model, batch, draft_config, device, bf16)[0].backward()
+            _forward(ddp, model, batch, draft_config, device, bf16, heads)[0].backward()
             if k:
                 seconds[bf16].append(time.perf_counter() - start)
     model.zero_grad(set_to_none=True)
