@@ -48,9 +48,10 @@ class StudyConfig:
     """What the notebooks train and measure beyond the benchmark (names from clover2.research.study.VARIANTS)."""
 
     distillation: tuple[str, ...] = ("clover2", "clover2-hard-labels", "clover2-no-regression", "clover2-no-decay")
-    ablations: tuple[str, ...] = ("medusa", "eagle1", "clover1", "clover2", "clover2-extraction-after",
+    ablations: tuple[str, ...] = ("medusa", "eagle1", "eagle3", "clover1", "clover2", "clover2-extraction-after",
                                   "clover2-no-projector", "clover2-1-layer-block", "clover2-hard-labels",
-                                  "clover2-value-gain-1", "clover2-input-embedding", "clover2-full-vocab")
+                                  "clover2-value-gain-1", "clover2-input-embedding", "clover2-full-vocab",
+                                  "clover2-ttt7", "eagle1-ttt7")
     ablation_n_per_task: int = 2  # prompts per task for the ablations' greedy tau
     ablation_max_new_tokens: int = 64
     engine: str = "eager"  # the engine the ablations' tau is measured on (greedy tau is the same on every one)

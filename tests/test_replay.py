@@ -75,3 +75,16 @@ def test_replay_refuses_sampling_and_drafters_that_read_the_trees_logits(tiny):
     tr = TokenRecycling(tiny.config.get_text_config().vocab_size, preset("chain4"))
     with pytest.raises(Clover2Error, match="logits"):
         replay(tiny, tr.drafter(), ref)
+
+
+def test_a_reference_without_the_states_a_draft_reads_is_refused_and_a_union_cannot_mix_them(tiny):
+    """A replay serves a draft only the states its reference recorded (EAGLE-3's fused layers are not
+    in a default one); one tree cannot hold drafts that read different states (one forward returns one kind)."""
+    ref = plain_reference(tiny, PROMPTS[0], DecodeConfig(max_new_tokens=4))
+    eagle3 = build_draft(DraftConfig.for_arch("eagle3"), tiny).eval()
+    clover = build_draft(DraftConfig.for_arch("clover2"), tiny).eval()
+    with pytest.raises(Clover2Error, match="plain_reference"):
+        replay(tiny, ModelDrafter(eagle3, EAGLE_25), ref)
+    with pytest.raises(Clover2Error, match="read different target states"):
+        Union({"a": ModelDrafter(eagle3, EAGLE_25), "b": ModelDrafter(clover, EAGLE_25)})
+    assert Union({"pld": PromptLookupDrafter(), "e": ModelDrafter(eagle3, EAGLE_25)}).hidden_layers == eagle3.hidden_layers

@@ -102,13 +102,13 @@ def component_costs(target: Target, model: DraftModel, prompt_ids: Sequence[int]
     rows = []
     with torch.inference_mode():
         tcache = target.new_cache()
-        hidden = prefill(target, tcache, prompt[:-1], hidden=True).hidden[0]
+        hidden = prefill(target, tcache, prompt[:-1], hidden=True, layers=model.hidden_layers).hidden[0]
         one = torch.tensor([[prompt[-1]]], device=target.device)
         pos = torch.tensor([[len(prompt) - 1]], device=target.device)
         mask = torch.zeros(1, 1, 1, len(prompt), dtype=target.dtype, device=target.device)
 
         def target_step():
-            target.forward(one, pos, mask, tcache, hidden=True)
+            target.forward(one, pos, mask, tcache, hidden=True, layers=model.hidden_layers)
             tcache.crop(-1)
         rows.append({"part": "target: one decode step", "ms": timed(target_step)})
         h = hidden.float()[None]

@@ -14,8 +14,9 @@ interrupted step resumes. What the book shows is copied to `results/<profile>/` 
 never read back), beside `profile.yaml` (the resolved profile) and `provenance.json`.
 
 Draft *variants* are the architectures and the paper's ablations, each a name for an architecture
-plus the `DraftConfig` switches it changes (`VARIANTS`); all train on the same data with the same
-budget, so that every difference comes from the architecture or the loss.
+plus the `DraftConfig` switches it changes (`VARIANTS`) and, for the training-time test, the
+`TrainConfig` ones (`TRAINING`); all train on the same data with the same budget, so that every
+difference comes from the architecture, the loss or how many of its own steps it learns from.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ VARIANTS: dict[str, tuple[str, dict]] = {
     # the architectures compared in the paper
     "medusa": ("medusa", {}),
     "eagle1": ("eagle1", {}),
+    "eagle3": ("eagle3", {}),  # the draft its readers use today (2025)
     "clover1": ("clover1", {}),
     "clover2": ("clover2", {}),
     # Clover-2 with one enhancement removed (the paper's ablation table)
@@ -65,7 +67,11 @@ VARIANTS: dict[str, tuple[str, dict]] = {
     # embedding and vocabulary options
     "clover2-input-embedding": ("clover2", {"embedding": "input"}),
     "clover2-full-vocab": ("clover2", {"draft_vocab": 0}),
+    # EAGLE-3's training on the others: 7 heads, each on the draft's own states, weighted 0.8^i
+    "clover2-ttt7": ("clover2", {"head_decay": 0.8}),
+    "eagle1-ttt7": ("eagle1", {"head_decay": 0.8}),
 }
+TRAINING: dict[str, dict] = {"clover2-ttt7": {"ttt_steps": 7}, "eagle1-ttt7": {"ttt_steps": 7}}  # TrainConfig switches
 
 
 def training_log(path: Path, variant: str) -> pd.DataFrame:
@@ -174,7 +180,7 @@ class Study:
         return self.profile.draft_config(arch, **overrides)
 
     def _train_config(self, variant: str):
-        return self.profile.train_config(self._draft_config(variant).arch)
+        return replace(self.profile.train_config(self._draft_config(variant).arch), **TRAINING.get(variant, {}))
 
     def metrics(self, variants: list[str], *, train: bool = False) -> pd.DataFrame:
         """Held-out evaluations of the variants during training, one row per evaluation and head
