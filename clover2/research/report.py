@@ -167,10 +167,14 @@ def ablation_findings(summary: pd.DataFrame, n_prompts: int) -> str:
                          + (", ".join(f"`{v}` ({s.loc[v].tau:.2f})" for v in lower) or "no variant")
                          + ". At or above it: "
                          + (", ".join(f"`{v}` ({s.loc[v].tau:.2f})" for v in higher) or "no variant") + ".")
-            rivals = [v for v in ("eagle1", "clover1", "medusa") if v in s.index]
+            rivals = [v for v in ("eagle1", "eagle3", "clover1", "medusa") if v in s.index]
             if rivals:
                 lines.append("- Rivals on the same data and budget: "
                              + ", ".join(f"`{v}` {s.loc[v].tau:.2f}" for v in rivals) + ".")
+        ttt = [(v, b) for v, b in (("clover2-ttt7", "clover2"), ("eagle1-ttt7", "eagle1")) if {v, b} <= set(s.index)]
+        if ttt:
+            lines.append("- Trained as EAGLE-3 trains (7 heads on their own states): "
+                         + "; ".join(f"`{v}` {s.loc[v].tau:.2f} against `{b}` {s.loc[b].tau:.2f}" for v, b in ttt) + ".")
     return "\n".join(lines)
 
 
