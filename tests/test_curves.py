@@ -1,5 +1,5 @@
 """Learning curves: snapshots replayed once each (resumable), the log-linear fit and its
-extrapolation, and the Clover-2 / EAGLE-1 ratio along both axes."""
+extrapolation, one draft's tau over another's along both axes, and drafts paired by prompt."""
 
 from __future__ import annotations
 
@@ -45,9 +45,23 @@ def test_ratio_compares_at_equal_tokens_and_at_equal_seconds():
     same_tokens = (1.2 + 0.05 * np.log(r.seen_tokens)) / (1.1 + 0.05 * np.log(r.seen_tokens))
     np.testing.assert_allclose(r.ratio_same_seen_tokens, same_tokens)
     inside = r.train_seconds <= 8e4  # EAGLE-1's measured range of seconds
-    np.testing.assert_allclose(r.eagle1_tau_same_train_seconds[inside], 1.1 + 0.05 * np.log(r.train_seconds[inside]))
+    np.testing.assert_allclose(r.against_tau_same_train_seconds[inside], 1.1 + 0.05 * np.log(r.train_seconds[inside]))
+    assert set(r.draft) == {"clover2"} and set(r.against) == {"eagle1"}
     assert r.ratio_same_train_seconds[~inside].isna().all()
 
+
+
+def test_pairs_compare_drafts_at_shared_steps_with_intervals_paired_by_prompt():
+    """A draft ahead on every prompt is ahead beyond noise; a copy of a draft ties with it exactly."""
+    ahead, base = _steps("clover2", 0.2, 0.05, 1.0), _steps("eagle3", 0.1, 0.05, 1.0)
+    copy = base.assign(draft="eagle1")
+    p = curves.pairs(pd.concat([ahead, base, copy]), (("clover2", "eagle3"), ("eagle1", "eagle3"), ("medusa", "eagle3")))
+    assert set(p.step) == {150, 300, 600, 1200} and set(p.draft) == {"clover2", "eagle1"}  # medusa: not measured
+    lead = p[p.draft == "clover2"]
+    np.testing.assert_allclose(lead.ratio, lead.tau / lead.against_tau)
+    assert (lead.delta_lo > 0).all() and (lead.ratio > 1).all()
+    tie = p[p.draft == "eagle1"]
+    assert (tie.ratio == 1).all() and (tie.delta_lo == 0).all() and (tie.delta_hi == 0).all()
 
 def test_snapshots_are_replayed_once_and_resume(target, data, tmp_path):  # noqa: F811
     run = tmp_path / "run"

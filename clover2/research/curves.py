@@ -6,8 +6,9 @@ every snapshot on the same prompts (greedy and untimed: `clover2.measure.accepta
 beside training), appending to a CSV after each snapshot so that an interrupted measurement
 resumes. `evaluations` reads the held-out measure per task from the sidecars. `extrapolate` fits
 tau - 1 = a + b ln(tokens seen) per draft on bootstrap resamples of the prompts and reads it at a
-budget (by default the paper's, `PAPER_ANSWER_TOKENS`) with a 95% interval; `ratio` sets Clover-2's
-tau over EAGLE-1's along both axes, tokens seen and training seconds.
+budget (by default the paper's, `PAPER_ANSWER_TOKENS`) with a 95% interval; `ratio` sets one draft's
+tau over another's along both axes, tokens seen and training seconds (`RATIOS`); `pairs` compares
+drafts at the snapshots they share, on each tree, with intervals paired by prompt (`PAIRS`).
 
 Snapshots taken before the run's final decay have not been annealed, so the early points of a
 `wsd` run sit a little below what a run ending there would reach.
@@ -129,16 +130,18 @@ def ratio(steps: pd.DataFrame, *, tree: str = "eagle25", num: str = "clover2", d
     a, b = taus[taus.draft == num], taus[taus.draft == den]
     rows = []
     for _, r in a.iterrows():
-        row = {"step": r.step, "seen_tokens": r.seen_tokens, "train_seconds": r.train_seconds, f"{num}_tau": r.tau}
+        row = {"draft": num, "against": den, "step": r.step, "seen_tokens": r.seen_tokens,
+               "train_seconds": r.train_seconds, "tau": r.tau}
         for axis in ("seen_tokens", "train_seconds"):
             xs = np.log(b[axis].to_numpy(dtype=float))
             inside = len(xs) and xs.min() <= np.log(r[axis]) <= xs.max()
             other = float(np.interp(np.log(r[axis]), xs, b.tau.to_numpy())) if inside else np.nan
-            row |= {f"{den}_tau_same_{axis}": other, f"ratio_same_{axis}": r.tau / other}
+            row |= {f"against_tau_same_{axis}": other, f"ratio_same_{axis}": r.tau / other}
         rows.append(row)
     return pd.DataFrame(rows)
 
 
+RATIOS = (("clover2", "eagle1"), ("clover2", "eagle3"), ("eagle3", "eagle1"))  # along both axes (`ratio`)
 # The paired comparisons of the curves' page: (draft, the one it is compared with)
 PAIRS = (("clover2", "eagle1"), ("clover2", "eagle3"), ("eagle1", "eagle3"), ("clover2-ttt7", "clover2"),
          ("eagle1-ttt7", "eagle1"), ("eagle3", "eagle1"))
@@ -180,9 +183,9 @@ def prediction(evals: pd.DataFrame, dev_steps: pd.DataFrame, bench_steps: pd.Dat
 def run(target: Target, runs: Mapping[str, str | Path], out: str | Path, *, tasks: Sequence[str],
         n_per_task: int, dev_per_task: int, max_new_tokens: int, seed: int = 0, engine: str = "eager") -> dict:
     """Measure every snapshot of `runs` and write the curves' tables into `out`: the replays on
-    `n_per_task` benchmark prompts per task (the 25-node and 1-node trees) and on `dev_per_task` dev
+    `n_per_task` benchmark prompts per task (the 25-node, 60-node dynamic and 1-node trees) and on `dev_per_task` dev
     prompts per task (the 1-node tree: the prompts of the held-out set), the held-out measure, its
-    prediction of the benchmark's acceptance, the extrapolation and the Clover-2 / EAGLE-1 ratio.
+    prediction of the benchmark's acceptance, the extrapolation, the ratios and the paired comparisons.
     Resumes: each snapshot is replayed once, the plain decodings are cached (under the cache root)."""
     from clover2.decoding.decode import DecodeConfig
     from clover2.decoding.prompts import first_turn_ids
@@ -207,8 +210,9 @@ def run(target: Target, runs: Mapping[str, str | Path], out: str | Path, *, task
     tables["prediction"] = prediction(tables["evaluations"], tables["dev_steps"], tables["bench_steps"])
     tables["taus"] = tau_by_snapshot(tables["bench_steps"])
     tables["extrapolation"] = extrapolate(tables["bench_steps"])
-    if {"clover2", "eagle1"} <= set(runs):
-        tables["ratio"] = ratio(tables["bench_steps"])
+    measured = set(tables["bench_steps"].draft)
+    tables["ratio"] = pd.concat([ratio(tables["bench_steps"], num=a, den=b) for a, b in RATIOS if {a, b} <= measured]
+                                or [pd.DataFrame()], ignore_index=True)
     tables["pairs"] = pairs(tables["bench_steps"])
     for name in ("evaluations", "prediction", "taus", "extrapolation", "ratio", "pairs"):
         if name in tables:
