@@ -70,17 +70,21 @@ foundation: install
 # snapshots (EAGLE-3, Clover-2, EAGLE-1), Clover-2 and EAGLE-1 trained as EAGLE-3 trains (training-time
 # test: 7 heads on their own states, weighted 0.8^i), Medusa-1, EAGLE-1 on ShareGPT as it is alone (the data A/B),
 # then every snapshot replayed. Each step resumes where it stopped; the data and runs live in RUNS.
+# CURVE_STEPS: a shorter budget than the profile's for every run (give it its own RUNS and CURVES).
 RUNS ?= $${CLOVER2_CACHE:-$$HOME/.cache/clover2}/curves/$(PROFILE)
+CURVES ?= results/$(PROFILE)/curves
 CURVE_PROMPTS ?= 6
-CURVE_RUNS = eagle3 clover2 eagle1 clover2-ttt7 eagle1-ttt7 medusa eagle1-asis
+CURVE_RUNS ?= eagle3 clover2 eagle1 clover2-ttt7 eagle1-ttt7 medusa eagle1-asis
+CURVE_STEPS ?=
 curves: target
 	$(BIN)/clover2 prepare-data --profile $(PROFILE) --out $(RUNS)/data
 	for run in $(CURVE_RUNS); do case $$run in \
 		*-ttt7) extra="--arch $${run%-ttt7} --ttt-steps 7 --set head_decay=0.8";; \
 		eagle1-asis) extra="--arch eagle1 --sources corpus";; \
 		*) extra="--arch $$run";; esac; \
-		$(BIN)/clover2 train --profile $(PROFILE) $$extra --data $(RUNS)/data --out $(RUNS)/$$run || exit 1; done
-	$(BIN)/clover2 curves --profile $(PROFILE) --n-per-task $(CURVE_PROMPTS) --out results/$(PROFILE)/curves \
+		$(BIN)/clover2 train --profile $(PROFILE) $$extra $(if $(CURVE_STEPS),--max-steps $(CURVE_STEPS)) \
+			--data $(RUNS)/data --out $(RUNS)/$$run || exit 1; done
+	$(BIN)/clover2 curves --profile $(PROFILE) --n-per-task $(CURVE_PROMPTS) --out $(CURVES) \
 		$(foreach run,$(CURVE_RUNS),--run $(run)=$(RUNS)/$(run))
 
 clean:
