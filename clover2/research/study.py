@@ -212,7 +212,7 @@ class Study:
         engine = self.profile.study.engine
         models = {v: self.draft(v) for v in variants}  # trained first, outside the replays
         refs = references(self.target, prompts, DecodeConfig(max_new_tokens=max_new_tokens, engine=engine),
-                          layers=layers_read(self.target, [m.arch for m in models.values()]))
+                          layers=layers_read(self.target, [self._draft_config(v).arch for v in variants]))
         df = replayed_steps(self.target, models, prompts, refs, trees=[tree], engine=engine).rename(columns={"draft": "variant"})
         per_task = df.groupby(["variant", "task"], sort=False)[["tokens", "steps"]].sum().reset_index()
         overall = df.groupby("variant", sort=False)[["tokens", "steps"]].sum().reset_index().assign(task="overall")
