@@ -30,6 +30,7 @@ class Eagle1Draft(DraftModel):
     recipe = dict(aug_layers=1, embedding="input", loss="eagle", ce_weight=0.1, regression_weight=1.0,
                   head_decay=1.0, input_noise=0.1, init_layer="random", output_projector=False)
     attends_to_tree = True
+    fc_inputs, fc_bias = 2, True  # FC([E(x); f]); EAGLE-3 fuses three target layers' inputs, without a bias
 
     def __init__(self, config, target_config, *, d2t=None):
         super().__init__(config, target_config, d2t=d2t)
@@ -40,7 +41,7 @@ class Eagle1Draft(DraftModel):
                 m.reset_parameters()
         if config.aug_layers:
             self.block.layers[0].input_layernorm = nn.Identity()  # the official layer 0 has none
-        self.fc = nn.Linear(2 * H, H)
+        self.fc = nn.Linear(self.fc_inputs * H, H, bias=self.fc_bias)
 
     def _init_from(self, target_model):
         copy_layers(target_model, self.block, self.config.init_layer)  # "random" (official) keeps the fresh layer

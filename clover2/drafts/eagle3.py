@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from clover2.decoding.hf_compat import final_norm_like, run_stack
+from clover2.drafts.base import DraftModel
 from clover2.drafts.eagle import Eagle1Draft
 from clover2.errors import Clover2Error
 
@@ -55,6 +56,8 @@ class Eagle3Draft(Eagle1Draft):
     arch = "eagle3"
     recipe = dict(aug_layers=1, embedding="input", loss="eagle3", ce_weight=1.0, regression_weight=0.0,
                   head_decay=0.8, input_noise=0.0, init_layer="random", output_projector=False, num_heads=UNROLL)
+    fc_inputs, fc_bias = 3, False  # the three layers' inputs, fused
+    trained_heads = DraftModel.trained_heads  # every unrolled step has a loss (EAGLE-1 trains one)
 
     def __init__(self, config, target_config, *, d2t=None):
         if config.regression_weight:
@@ -62,7 +65,6 @@ class Eagle3Draft(Eagle1Draft):
                                "states are its own): set regression_weight: 0")
         super().__init__(config, target_config, d2t=d2t)
         H = self.target_config.hidden_size
-        self.fc = nn.Linear(3 * H, H, bias=False)  # the three layers' inputs, fused
         layer = self.block.layers[0]
         layer.input_layernorm = FusedInput(final_norm_like(self.target_config))
         attn = layer.self_attn
@@ -74,10 +76,6 @@ class Eagle3Draft(Eagle1Draft):
     @classmethod
     def layers_read(cls, target_config):
         return fused_layers(target_config.get_text_config().num_hidden_layers)
-
-    @property
-    def trained_heads(self) -> int:
-        return UNROLL
 
     def features(self, h):
         return self.fc(h)

@@ -154,10 +154,10 @@ def train(target: Target, data_dir: Path | Sequence[Path], out: Path, draft_conf
         d2t = torch.from_numpy(ranked_tokens(data, V, train_idx)[: draft_config.draft_vocab].copy())
     torch.manual_seed(config.seed)
     model = build_draft(draft_config, target, d2t=d2t)
-    model.check_steps(heads := config.ttt_steps or model.trained_heads)
+    heads, fused = _trained(model, config)
+    model.check_steps(heads)
     for d in (data, eval_data):
         d.check_states(model.hidden_layers)
-    fused = bool(model.hidden_layers)
     model.adapt_to(torch.from_numpy(np.asarray(data.shards[0]["hidden"][:4096], dtype=np.float32)))
     t2d = torch.full((V,), -1, dtype=torch.long)
     t2d[model.d2t] = torch.arange(len(model.d2t))
@@ -262,6 +262,12 @@ def train(target: Target, data_dir: Path | Sequence[Path], out: Path, draft_conf
     return metrics
 
 
+def _trained(model: DraftModel, config: TrainConfig) -> tuple[int, bool]:
+    """The heads that train (`config.ttt_steps`, else the architecture's own) and whether the batches
+    carry the fused target states the draft reads (EAGLE-3)."""
+    return config.ttt_steps or model.trained_heads, bool(model.hidden_layers)
+
+
 @torch.no_grad()
 def evaluate(model: DraftModel, data: DistillData, eval_idx: list[int], t2d: torch.Tensor, config: TrainConfig,
              device) -> dict[str, float]:
@@ -270,7 +276,7 @@ def evaluate(model: DraftModel, data: DistillData, eval_idx: list[int], t2d: tor
     the 1-node tree's acceptance when decoding those prompts), head 0's top-1 on tokens that repeat
     their context and on the others, the share of each, and the share inside the draft vocabulary.
     The heads are those trained (`config.ttt_steps`, else the architecture's own)."""
-    heads, fused = config.ttt_steps or model.trained_heads, bool(model.hidden_layers)
+    heads, fused = _trained(model, config)
     model.eval()
     sums: dict[str, float] = {}
     pooled: dict[str, dict[str, float]] = {}
