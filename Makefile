@@ -43,7 +43,8 @@ notebooks: install
 # The book from what is in results/ (no notebook is executed); warnings are errors.
 book: install
 	rm -rf _build/html
-	$(BIN)/python -m clover2.research.diagram book/figures/architecture.png
+	$(BIN)/python -m clover2.research.diagram book/figures
+	$(BIN)/python -m clover2.research.artifacts results book/provenance.md
 	$(BIN)/jupyter-book build -W -n --keep-going .
 	@echo "book: _build/html/index.html"
 

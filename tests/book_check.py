@@ -3,7 +3,13 @@ page of the table of contents at a laptop's width and the check fails on
 
 - an image that did not load (missing file, empty file, broken link);
 - a table wider than the page's text column (a table the reader must scroll sideways);
+- code or output wider than its box (cut off, or scrolled sideways);
+- a formula left as TeX (MathJax, served from the build, did not typeset it);
+- a figure whose smallest text is under 9 pt as the page shows it (its PNG records the size of its
+  smallest text, `clover2.research.figures.png`; figures made before that record are counted, not
+  checked);
 - a results page (under results/) without a figure or a table, or with almost no text;
+- a front page whose verdict (the `verdict` admonition) does not end within the first 1280x800 screen;
 - a figure an executed notebook references that is missing or empty (checked without a browser).
 
 Needs Chromium (`apt-get install chromium` on Debian); without it only the file checks run.
@@ -21,25 +27,43 @@ import tempfile
 from pathlib import Path
 
 import yaml
+from PIL import Image
+
+from clover2.research.figures import FONT_KEY, MIN_PT
 
 HTML = Path("_build/html")
 WIDTH = 1280  # a laptop browser window
+SCREEN_HEIGHT = 800  # its first screen
+FRONT = "book/intro.html"  # the front page: its verdict comes first
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                   "--disable-component-update", "--disable-sync", "--no-first-run", "--hide-scrollbars",
                   f"--window-size={WIDTH},1000", "--virtual-time-budget=8000", "--dump-dom"]
-# Runs in the page once it has loaded and writes what it found into an attribute of <body>.
+# Runs in the page once it has loaded and MathJax has typeset it, and writes what it found into an
+# attribute of <body>.
 PROBE = """<script>window.addEventListener('load', () => {
+ const typeset = (window.MathJax && MathJax.startup && MathJax.startup.promise) || Promise.resolve();
+ typeset.then(() => {
   const main = document.querySelector('article') || document.querySelector('main') || document.body;
   const column = main.getBoundingClientRect().width;
-  const found = {column: column, text: main.innerText.length, broken: [], wide: [],
+  const found = {column: column, text: main.innerText.length, broken: [], wide: [], cut: [], tex: [],
                  images: main.querySelectorAll('img').length, tables: main.querySelectorAll('table').length};
   document.querySelectorAll('img').forEach(i => {
     if (!i.complete || i.naturalWidth === 0) found.broken.push(i.getAttribute('src')); });
+  const verdict = document.querySelector('.verdict');
+  found.verdict_bottom = verdict ? verdict.getBoundingClientRect().bottom + window.scrollY : null;
+  found.figures = Array.from(main.querySelectorAll('img')).map(i => [i.getAttribute('src'), i.getBoundingClientRect().width]);
   main.querySelectorAll('table').forEach(t => {
     const w = t.scrollWidth;
     if (w > column + 4) found.wide.push(Math.round(w) + 'px: ' + t.innerText.slice(0, 60).replace(/\\s+/g, ' '));
   });
+  main.querySelectorAll('pre').forEach(p => {
+    if (p.scrollWidth > p.clientWidth + 2) found.cut.push(p.innerText.slice(0, 60).replace(/\\s+/g, ' '));
+  });
+  main.querySelectorAll('.math').forEach(m => {
+    if (!m.querySelector('mjx-container')) found.tex.push(m.textContent.slice(0, 60));
+  });
   document.body.setAttribute('data-book-check', JSON.stringify(found));
+ });
 });</script>"""
 
 
@@ -66,9 +90,30 @@ def probe(browser: str, page: Path) -> dict:
     return json.loads(html.unescape(found.group(1)))
 
 
+def figure_text_pt(page: Path, src: str, shown_px: float) -> float | None:
+    """The smallest text of a figure as the page shows it, in points (CSS: 96 px per inch), from the
+    size its PNG records and its resolution; None where the PNG records no size."""
+    if src.startswith(("data:", "http")) or not (page.parent / src).is_file():
+        return None
+    image = Image.open(page.parent / src)
+    if FONT_KEY not in image.info:
+        return None
+    dpi = image.info.get("dpi", (72, 72))[0]
+    return float(image.info[FONT_KEY]) * dpi * (shown_px / image.size[0]) / 96
+
+
 def check_page(name: str, found: dict) -> list[str]:
     problems = [f"{name}: image {src} did not load" for src in found["broken"]]
     problems += [f"{name}: table wider than the {found['column']:.0f}px text column ({w})" for w in found["wide"]]
+    problems += [f"{name}: code or output cut off at its box's edge: {c}" for c in found["cut"]]
+    problems += [f"{name}: formula not typeset: {t}" for t in found["tex"]]
+    if name == FRONT and (found["verdict_bottom"] is None or found["verdict_bottom"] > SCREEN_HEIGHT):
+        where = "none" if found["verdict_bottom"] is None else f"it ends at {found['verdict_bottom']:.0f}px"
+        problems.append(f"{name}: the verdict is not on the first {WIDTH}x{SCREEN_HEIGHT} screen ({where})")
+    for src, shown in found["figures"]:
+        pt = figure_text_pt(HTML / name, src, shown)
+        if pt is not None and pt < MIN_PT - 0.05:
+            problems.append(f"{name}: figure {src}: its smallest text is {pt:.1f} pt at the page's width (under {MIN_PT})")
     if name.startswith("results/") and (found["images"] + found["tables"] == 0 or found["text"] < 400):
         problems.append(f"{name}: results page without a figure or table, or nearly empty ({found['text']} characters)")
     return problems
@@ -99,7 +144,9 @@ def main() -> int:
         for n in names:
             found = probe(browser, HTML / n)
             problems += check_page(n, found)
-            print(f"book check: {n}: {found['images']} images, {found['tables']} tables, {found['text']} characters")
+            unrecorded = sum(figure_text_pt(HTML / n, src, w) is None for src, w in found["figures"])
+            print(f"book check: {n}: {found['images']} images ({unrecorded} without a text-size record), "
+                  f"{found['tables']} tables, {found['text']} characters")
     for p in problems:
         print("book check:", p, file=sys.stderr)
     print(f"book check: {len(names)} pages, {len(problems)} problems")

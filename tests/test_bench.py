@@ -76,6 +76,9 @@ def test_paired_comparisons_are_per_prompt_ratios_of_the_same_run(runs):
     assert row.faster_on == (pld.speedup > 1).sum()
     back = p[(p.method == "ar") & (p.versus == "pld") & (p.temperature == 0)].iloc[0]
     assert back.speed_ratio == pytest.approx(1 / row.speed_ratio) and back.tau_ratio == pytest.approx(1 / row.tau_ratio)
+    assert row.tau_ratio_lo <= row.tau_ratio <= row.tau_ratio_hi
+    hf = p[(p.method == "hf") & (p.versus == "ar")].iloc[0]  # generate counts no steps: no tau, a speed ratio
+    assert np.isnan(hf.tau_ratio) and np.isnan(hf.tau_ratio_lo) and hf.speed_ratio > 0
 
 
 def test_other_processes_load_is_measured_and_marks_the_table(runs):

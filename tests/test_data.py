@@ -254,3 +254,17 @@ def test_the_target_answers_again_the_corpus_conversations_first_prompts(tiny, t
     for j in range(3):  # the same prompt as the j-th corpus conversation, answered anew (longer than 20 tokens here)
         prompt = ids(j)[: ids(j).index(ord("<") % 90, 3)]
         assert ids(first_self + j)[: len(prompt)] == prompt and lengths[first_self + j] > len(prompt)
+
+
+@pytest.mark.slow
+def test_the_translation_task_is_german_into_english():
+    """Spec-Bench's WMT14 de-en stand-in: German text the 135M target can translate (its earlier
+    Japanese stand-in was answered in Japanese, outside the draft vocabulary)."""
+    from clover2.measure.tasks import translation
+
+    records = translation()
+    assert len(records) == 575 and len({r.id for r in records}) == 575
+    intro = "Translate the following German text into English.\n\n"
+    assert all(r.turns[0].startswith(intro) and not r.turns[0].endswith("Answer:") for r in records)
+    german = [r for r in records if {"der", "die", "das", "und", "ist", "ein", "eine"} & set(r.turns[0][len(intro):].split())]
+    assert len(german) > 0.9 * len(records)

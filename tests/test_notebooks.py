@@ -14,7 +14,7 @@ from clover2.drafts import build_draft
 from clover2.drafts.checkpoint import save_draft
 from clover2.drafts.config import DraftConfig
 from clover2.errors import Clover2Error
-from clover2.research.notebooks import NOTEBOOKS, run_notebooks
+from clover2.research.notebooks import NOTEBOOKS, for_the_book, run_notebooks
 from clover2.research.study import Study
 
 SOURCE = Path(__file__).resolve().parents[1] / "notebooks"
@@ -59,3 +59,17 @@ def test_drafts_for_another_target_are_refused_at_open(tmp_path):
     save_draft(tmp_path / "clover2", build_draft(cfg, other), other, cfg, extra={})
     with pytest.raises(Clover2Error, match="trained for target"):
         Study.open("smoke", drafts=tmp_path)
+
+
+def test_the_book_copy_names_its_profile_and_hides_the_run_log():
+    nb = nbformat.read(SOURCE / "06_at_a_glance.ipynb", as_version=4)
+    code = next(c for c in nb.cells if c.cell_type == "code" and "parameters" not in c.metadata.get("tags", []))
+    code.outputs = [nbformat.v4.new_output("stream", name="stderr", text="progress"),
+                    nbformat.v4.new_output("stream", name="stdout", text="result")]
+    once = for_the_book(nb, "06_at_a_glance.ipynb", "cpu-full")
+    title = next(c.source for c in once.cells if c.cell_type == "markdown" and c.source.startswith("# "))
+    assert title.startswith("# cpu-full: ") and not title.startswith("# cpu-full: cpu-full: ")
+    assert [o.name for o in code.outputs] == ["stdout"]
+    twice = for_the_book(once, "06_at_a_glance.ipynb", "cpu-full")  # a copy made again keeps one prefix
+    assert sum(c.source.count("cpu-full: ") for c in twice.cells if c.source.startswith("# ")) == 1
+    assert all("remove-cell" in c.metadata.tags for c in twice.cells if "parameters" in c.metadata.get("tags", []))

@@ -28,6 +28,9 @@ def test_overall_table_is_compact_and_labels_temperature():
     assert list(table.columns) == ["tau", "tokens/s", "speedup [95% CI]", "draft share", "identical"]
     assert "ar/1" in table.index and table.loc["pld", "speedup [95% CI]"] == "1.20 [1.10, 1.30]"
     assert table.loc["ar/1", "identical"] == ""  # sampled outputs are not compared
+    hf = _bench().iloc[[0]].assign(method="hf", tau=np.nan, draft_share=np.nan)  # generate counts no steps
+    row = report.overall_table(hf).loc["hf"]
+    assert row["tau"] == "–" and row["draft share"] == "–" and report.overall_table(_bench()).loc["pld", "tau"] == "1.30"
 
 
 def test_speedup_findings_follow_the_numbers():

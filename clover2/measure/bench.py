@@ -187,22 +187,30 @@ def summarize(df: pd.DataFrame, *, seed: int = 0, n_boot: int = 2000) -> pd.Data
 def paired(df: pd.DataFrame, *, seed: int = 0, n_boot: int = 2000) -> pd.DataFrame:
     """Every pair of methods at one temperature, compared prompt by prompt: the geometric mean of
     the per-prompt speed ratios (a over b) with a 95% bootstrap interval over prompts, how many
-    prompts a was faster on, and the tau ratio (sums of tokens over steps). Pairs measured moments
-    apart on the same prompt cancel the prompt's own difficulty, which unpaired intervals keep."""
+    prompts a was faster on, and the tau ratio (sums of tokens over steps) with its interval over
+    the same resampled prompts. Pairs measured moments apart on the same prompt cancel the prompt's
+    own difficulty, which unpaired intervals keep."""
     rng = np.random.default_rng(seed)
     rows = []
     for temperature, g in df.groupby("temperature", sort=False):
-        speed = g.pivot_table(index=["prompt", "repeat"], columns="method", values="tokens_per_s", sort=False)
-        sums = g.groupby("method", sort=False)[["step_tokens", "steps"]].sum(min_count=1)  # HF: no steps, NaN
+        index = ["prompt", "repeat"]
+        speed = g.pivot_table(index=index, columns="method", values="tokens_per_s", sort=False)
+        tokens = g.pivot_table(index=index, columns="method", values="step_tokens", sort=False).reindex(speed.index)
+        steps = g.pivot_table(index=index, columns="method", values="steps", sort=False).reindex(speed.index)
         picks = rng.integers(0, len(speed), size=(n_boot, len(speed)))
         for a, b in itertools.permutations(speed.columns, 2):
             log_ratio = np.log(speed[a] / speed[b]).to_numpy()
             boot = np.exp(log_ratio[picks].mean(1))
-            tau = (sums.step_tokens[a] / sums.steps[a]) / (sums.step_tokens[b] / sums.steps[b])
-            rows.append({"method": a, "versus": b, "temperature": temperature, "n_prompts": len(log_ratio),
-                         "speed_ratio": float(np.exp(log_ratio.mean())), "speed_ratio_lo": float(np.quantile(boot, 0.025)),
-                         "speed_ratio_hi": float(np.quantile(boot, 0.975)), "faster_on": int((log_ratio > 0).sum()),
-                         "tau_ratio": float(tau)})
+            row = {"method": a, "versus": b, "temperature": temperature, "n_prompts": len(log_ratio),
+                   "speed_ratio": float(np.exp(log_ratio.mean())), "speed_ratio_lo": float(np.quantile(boot, 0.025)),
+                   "speed_ratio_hi": float(np.quantile(boot, 0.975)), "faster_on": int((log_ratio > 0).sum()),
+                   "tau_ratio": np.nan, "tau_ratio_lo": np.nan, "tau_ratio_hi": np.nan}
+            if a in tokens and b in tokens and tokens[[a, b]].notna().all().all():  # HF generate counts no steps
+                ta, sa, tb, sb = (x.to_numpy(float) for x in (tokens[a], steps[a], tokens[b], steps[b]))
+                tau = (ta[picks].sum(1) / sa[picks].sum(1)) / (tb[picks].sum(1) / sb[picks].sum(1))
+                row.update(tau_ratio=float((ta.sum() / sa.sum()) / (tb.sum() / sb.sum())),
+                           tau_ratio_lo=float(np.quantile(tau, 0.025)), tau_ratio_hi=float(np.quantile(tau, 0.975)))
+            rows.append(row)
     return pd.DataFrame(rows)
 
 

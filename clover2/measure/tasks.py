@@ -42,7 +42,7 @@ def _jsonl(raw: bytes) -> list[dict]:
     return [json.loads(line) for line in raw.decode("utf-8").splitlines() if line.strip()]
 
 
-EVALS = ("evals", "3.0.1.post1")  # OpenAI evals (MIT): its registry ships the translation/summary/passage sets
+EVALS = ("evals", "3.0.1.post1")  # OpenAI evals (MIT): its registry ships the German/summary/passage sets
 
 
 def mt_bench() -> list[PromptRecord]:
@@ -68,12 +68,15 @@ def humaneval() -> list[PromptRecord]:
 
 
 def translation() -> list[PromptRecord]:
-    """Translation: 214 pages of Japanese manga text to English (evals' manga-translation), standing
-    in for Spec-Bench's WMT14 de-en, which ships in no package."""
-    rows = _jsonl(_packaged(*EVALS, "evals/registry/data/manga-translation/pages.jsonl"))
-    return [PromptRecord(id=f"translation-{i}", category="translation",
-                         turns=(f"Translate the following Japanese text into English.\n\n{r['input'][-1]['content']}",))
-            for i, r in enumerate(rows) if r["input"][-1]["content"].strip()]  # a few pages hold no text
+    """Translation, German into English: 575 German exam questions with their answer options
+    (evals' german-exams-qa; physics, economics, law...), standing in for Spec-Bench's WMT14 de-en,
+    which ships in no package. Only the German text is needed: the target's own translation is what
+    decoding produces, and there is no reference to score."""
+    rows = _jsonl(_packaged(*EVALS, "evals/registry/data/german-exams-qa/samples.jsonl"))
+    return [PromptRecord(id=f"translation-de-{i}", category="translation",
+                         turns=("Translate the following German text into English.\n\n"
+                                + r["input"][-1]["content"].removesuffix("Answer:").strip(),))
+            for i, r in enumerate(rows)]
 
 
 def _coqa_passages() -> list[tuple[str, str]]:

@@ -77,7 +77,7 @@ def draw_tree(trace: dict, ax=None):
         ok = i in trace["accepted"]
         ax.scatter(depth[i], y[i], s=220, color="tab:green" if ok else "white", edgecolor="black", zorder=2)
         ax.annotate(repr(labels[i]).strip("'") if i else "root", (depth[i], y[i]), xytext=(8, 0),
-                    textcoords="offset points", va="center", fontsize=8)
+                    textcoords="offset points", va="center", fontsize=9)
     ax.set_xlabel("depth (tokens ahead of the root)")
     ax.set_yticks([])
     ax.set_title(f"step {trace.get('step', '?')}: {len(trace['accepted']) - 1} draft tokens accepted (green), "

@@ -191,7 +191,7 @@ def run(target: Target, runs: Mapping[str, str | Path], out: str | Path, *, task
     from clover2.decoding.prompts import first_turn_ids
     from clover2.measure.acceptance import layers_read, references
     from clover2.measure.tasks import load_task
-    from clover2.research.figures import learning_curves
+    from clover2.research.figures import learning_curves, save
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -220,5 +220,5 @@ def run(target: Target, runs: Mapping[str, str | Path], out: str | Path, *, task
                 tables[name].to_csv(tmp, index=False)
     fig = learning_curves(tables["taus"], tables["extrapolation"],
                           title=f"{target.name}: greedy tau on {len(prompts_of['bench'])} benchmark prompts, 25-node tree")
-    fig.savefig(out / "learning_curves.png", dpi=120, bbox_inches="tight")
+    save(fig, out / "learning_curves.png")
     return tables

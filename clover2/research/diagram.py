@@ -1,7 +1,8 @@
-"""The architecture diagram of the four drafts: what is frozen and what is trained, what runs once
-per decoding step and what runs once per tree node.
+"""The architecture diagrams of the drafts: what is frozen and what is trained, what runs once per
+decoding step and what runs once per tree node. Two figures, each as wide as the book's column
+with its text at the size the book's check asks for: Clover-2 in detail, and its rivals.
 
-    python -m clover2.research.diagram book/figures/architecture.png
+    python -m clover2.research.diagram book/figures     # clover2.png and rivals.png
 """
 
 from __future__ import annotations
@@ -15,10 +16,12 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.patches import FancyBboxPatch  # noqa: E402
 
+from clover2.research.figures import COLUMN_IN, MIN_PT, save  # noqa: E402
+
 FROZEN, TRAINED, DATA = "#d9d9d9", "#9ecae1", "#ffffff"  # the target's parts, the draft's, tensors
 
 
-def _box(ax, x, y, text, color, w=3.2, h=0.62, size=8.5):
+def _box(ax, x, y, text, color, w=3.2, h=0.62, size=MIN_PT):
     ax.add_patch(FancyBboxPatch((x - w / 2, y - h / 2), w, h, boxstyle="round,pad=0.04,rounding_size=0.12",
                                 fc=color, ec="#404040", lw=0.9))
     ax.text(x, y, text, ha="center", va="center", fontsize=size)
@@ -29,19 +32,18 @@ def _arrow(ax, start, end, text="", bend=0.0):
     ax.annotate("", xy=end, xytext=start, arrowprops=dict(arrowstyle="-|>", color="#303030", lw=0.9,
                                                           connectionstyle=f"arc3,rad={bend}"))
     if text:
-        ax.text((start[0] + end[0]) / 2 + 0.1, (start[1] + end[1]) / 2, text, fontsize=7.5, va="center",
+        ax.text((start[0] + end[0]) / 2 + 0.1, (start[1] + end[1]) / 2, text, fontsize=MIN_PT, va="center",
                 color="#303030")
 
 
 def _frame(ax, x0, y0, x1, y1, label):
     ax.add_patch(FancyBboxPatch((x0, y0), x1 - x0, y1 - y0, boxstyle="round,pad=0.05,rounding_size=0.2",
                                 fc="none", ec="#3182bd", lw=1.0, ls="--"))
-    ax.text(x1 - 0.1, y1 + 0.1, label, fontsize=7.5, color="#3182bd", va="bottom", ha="right", style="italic")
+    ax.text(x1 - 0.1, y1 + 0.1, label, fontsize=MIN_PT, color="#3182bd", va="bottom", ha="right", style="italic")
 
 
 def _clover2(ax):
     """Clover-2 in detail, bottom (the target) to top (the tree's deeper depths)."""
-    ax.set_title("Clover-2", fontsize=11, loc="left")
     _box(ax, 2.2, 0.5, "target LLM (frozen): hidden states $h_{\\leq t}$\nbefore its final norm", FROZEN,
          w=4.0, h=0.75)
     _box(ax, 6.1, 0.5, "embedding $E$ (frozen)\nof tokens $x_{\\leq t+1}$", FROZEN, w=2.8, h=0.75)
@@ -69,45 +71,55 @@ def _clover2(ax):
 
 
 def _rivals(ax):
-    """The three rivals, compact: the same colour code."""
-    ax.set_title("The rivals", fontsize=11, loc="left")
+    """The four rivals, one row each: the same colour code."""
     rows = [
-        (8.4, "EAGLE-1", ["FC$[E(x); f_t]$", "1 decoder layer (no input norm),\nKV cache grows per tree node",
-                          "LM head (frozen)"], "every node runs the layer, feeding\nits predicted feature back"),
-        (4.9, "Clover-1", ["1-layer Augmenting Block on $h$", "token fused after it (AD)", "RNN heads $\\to$ LM head"],
-         "no output projector; hard labels\n(reconstructed: paper body unreachable)"),
-        (1.5, "Medusa-1", ["$f_t$: the state after the\ntarget's final norm", "head $k$: $f_t + \\mathrm{SiLU}(W_k f_t + b_k)$",
-                           "LM head (frozen)"],
-         "all heads once per step; no head sees\nthe tokens chosen before it"),
+        ("EAGLE-1", ["FC$[E(x); f_t]$", "1 decoder layer (no input\nnorm), KV cache grows\nper tree node",
+                     "LM head (frozen)"], "every node runs the layer, feeding its predicted feature back"),
+        ("EAGLE-3", ["FC of 3 target layers'\ninputs $g$ (no bias)", "1 decoder layer reading\n$[E(x); g]$, per tree node",
+                     "norm $\\to$ LM head (frozen)"],
+         "no regression; trained on its own predictions for 7 steps (training-time test)"),
+        ("Clover-1", ["1-layer Augmenting\nBlock on $h$", "token fused after it\n(Attention Decoder)",
+                      "RNN heads $\\to$ LM head"],
+         "no output projector, hard labels (reconstructed: the paper body was unreachable)"),
+        ("Medusa-1", ["$f_t$: the state after\nthe target's final norm", "head $k$:\n$f_t + \\mathrm{SiLU}(W_k f_t + b_k)$",
+                      "LM head (frozen)"],
+         "all heads once per step; no head sees the tokens chosen before it"),
     ]
-    for y, name, parts, note in rows:
-        ax.text(0.3, y + 1.35, name, fontsize=9.5, weight="bold")
+    for r, (name, parts, note) in enumerate(rows):
+        y = 3.3 * (len(rows) - 1 - r) + 0.5
+        ax.text(0.15, y + 2.25, name, fontsize=MIN_PT + 1.5, weight="bold")
         for k, part in enumerate(parts):
             color = FROZEN if part.startswith("LM head") else DATA if part.startswith("$f_t$") else TRAINED
-            _box(ax, 1.7 + 3.0 * k, y + 0.6, part, color, w=2.6, h=0.8, size=7.5)
+            _box(ax, 1.6 + 3.1 * k, y + 1.25, part, color, w=2.8, h=1.1)
             if k:
-                _arrow(ax, (3.0 * k + 0.05, y + 0.6), (3.0 * k + 0.36, y + 0.6))
-        ax.text(0.5, y - 0.25, note, fontsize=7.5, color="#404040", va="center")
+                _arrow(ax, (3.1 * k + 0.02, y + 1.25), (3.1 * k + 0.28, y + 1.25))
+        ax.text(0.2, y + 0.25, note, fontsize=MIN_PT, color="#404040", va="center")
 
 
-def draft_architectures():
-    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 6.6), gridspec_kw={"width_ratios": [1.0, 1.45]})
-    for ax, (w, h) in ((left, (7.6, 10.0)), (right, (9.4, 10.0))):
+def _legend(fig):
+    handles = [FancyBboxPatch((0, 0), 1, 1, fc=FROZEN, ec="#404040"), FancyBboxPatch((0, 0), 1, 1, fc=TRAINED,
+                                                                                       ec="#404040")]
+    fig.legend(handles, ["frozen (the target's)", "trained (the draft's)"], loc="lower right", fontsize=MIN_PT,
+               frameon=False, ncol=2)
+
+
+def draft_architectures() -> dict[str, plt.Figure]:
+    """{"clover2": Clover-2 in detail, "rivals": EAGLE-1, EAGLE-3, Clover-1 and Medusa-1}."""
+    figures = {}
+    for name, draw, (w, h), height in (("clover2", _clover2, (7.6, 10.0), 8.6), ("rivals", _rivals, (9.3, 13.4), 8.2)):
+        fig, ax = plt.subplots(figsize=(COLUMN_IN, height))
         ax.set_xlim(0, w)
         ax.set_ylim(0, h)
         ax.axis("off")
-    _clover2(left)
-    _rivals(right)
-    handles = [FancyBboxPatch((0, 0), 1, 1, fc=FROZEN, ec="#404040"), FancyBboxPatch((0, 0), 1, 1, fc=TRAINED,
-                                                                                       ec="#404040")]
-    fig.legend(handles, ["frozen (the target's)", "trained (the draft's)"], loc="lower right", fontsize=8.5,
-               frameon=False, ncol=2)
-    fig.tight_layout()
-    return fig
+        draw(ax)
+        _legend(fig)
+        fig.tight_layout()
+        figures[name] = fig
+    return figures
 
 
 if __name__ == "__main__":
-    out = Path(sys.argv[1] if len(sys.argv) > 1 else "book/figures/architecture.png")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    draft_architectures().savefig(out, dpi=130)
-    print(out)
+    out = Path(sys.argv[1] if len(sys.argv) > 1 else "book/figures")
+    out.mkdir(parents=True, exist_ok=True)
+    for name, fig in draft_architectures().items():
+        save(fig, out / f"{name}.png")

@@ -1,16 +1,73 @@
-"""Seaborn figures for the book, each from a results table, labelled with units and hardware."""
+"""Seaborn figures for the book, each from a results table, labelled with units and hardware.
+
+Every figure is drawn at most as wide as the book's text column (`COLUMN_IN`), so that it is shown
+at its own size or a little smaller, and its text is at least `MIN_PT` points there. Its PNG, in a
+notebook's output (the formatter registered below) or saved with `save`, records the size of its
+smallest text and its resolution (`png`), which the book's browser check reads to fail a figure a
+reader could not read at the page's width.
+"""
 
 from __future__ import annotations
+
+import io
+from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import seaborn as sns
+from matplotlib.figure import Figure
+from matplotlib.text import Text
 from matplotlib.ticker import EngFormatter, LogLocator, NullFormatter
 
+from clover2.files import atomic_path
 from clover2.research.report import TASK_LABELS
 
-sns.set_theme(context="notebook", style="whitegrid")
+COLUMN_IN = 7.5  # the book's text column at a 1280-px window: ~720 CSS px, 96 per inch
+MIN_PT = 9  # the smallest text a figure may have at that width
+DPI = 120
+FONT_KEY = "clover2 smallest text pt"  # the PNG text chunk the browser check reads
+
+sns.set_theme(context="notebook", style="whitegrid", rc={"figure.dpi": DPI, "savefig.dpi": DPI})
+
+
+def smallest_text_pt(fig) -> float:
+    """The font size of the smallest visible, non-empty text of a figure (or seaborn grid), in points."""
+    fig = getattr(fig, "figure", fig)
+    fig.canvas.draw()
+    sizes = [t.get_fontsize() for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
+    return float(min(sizes)) if sizes else float("inf")
+
+
+def png(fig) -> bytes:
+    """A figure (or seaborn grid) as the book shows it: a PNG at `DPI`, cropped to what is drawn,
+    recording its smallest text size (`FONT_KEY`)."""
+    fig = getattr(fig, "figure", fig)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=DPI, bbox_inches="tight",
+                metadata={FONT_KEY: f"{smallest_text_pt(fig):.2f}", "Software": "clover2"})
+    return buffer.getvalue()
+
+
+def save(fig, path: str | Path) -> None:
+    """Write `png(fig)` to `path`, atomically (nothing returned, so a notebook cell ending with it
+    prints nothing)."""
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(png(fig))
+
+
+def _show_as_the_book_does() -> None:
+    """In a notebook, figures are shown as `png` makes them (the text size recorded)."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    shell = get_ipython()
+    if shell is not None:
+        shell.display_formatter.formatters["image/png"].for_type(Figure, png)
+
+
+_show_as_the_book_does()
 
 
 def hardware_label(env: dict) -> str:
@@ -25,7 +82,7 @@ def train_vs_heldout(log: pd.DataFrame, *, value: str = "top1", title: str = "")
     rising at the end are an unfinished optimisation."""
     g = sns.relplot(data=log, x="step", y=value, hue="head", style="split", style_order=["held-out", "train"],
                     col="variant", kind="line", marker="o", markersize=4, col_wrap=min(3, log.variant.nunique()),
-                    height=3.2, aspect=1.15, palette="viridis", facet_kws={"sharey": True})
+                    height=2.3, aspect=1.0, palette="viridis", facet_kws={"sharey": True})
     g.set_axis_labels("training step", {"top1": "top-1 accuracy", "top5": "top-5 accuracy", "loss": "loss"}[value])
     g.set_titles("{col_name}")
     if title:
@@ -33,49 +90,72 @@ def train_vs_heldout(log: pd.DataFrame, *, value: str = "top1", title: str = "")
     return g
 
 
-def speedup_bars(table: pd.DataFrame, *, title: str = ""):
-    """Median speedup over plain decoding per method and task, with 95% bootstrap intervals; one
-    panel per temperature (greedy and sampled decoding are not compared with each other)."""
+def speedup_dots(table: pd.DataFrame, *, title: str = ""):
+    """Median speedup over plain decoding with its 95% bootstrap interval: every method over all
+    prompts (left, ordered by speedup; `/1`: temperature 1), and per task for the trained drafts at
+    the paper's 25-node tree, greedy (right)."""
+    from clover2.research.report import method_label
+
     rows = table[table.method != "ar"]
-    temps = sorted(rows.temperature.unique())
-    tasks = [t for t in TASK_LABELS if t in set(rows.task)]
-    fig, axes = plt.subplots(len(temps), 1, figsize=(9, 3.6 * len(temps)), squeeze=False)
-    for ax, temp in zip(axes[:, 0], temps):
-        part = rows[rows.temperature == temp]
-        labels = list(dict.fromkeys(part.method))
-        width = 0.84 / len(labels)
-        palette = sns.color_palette("tab20" if len(labels) > 10 else "tab10", len(labels))
-        for k, label in enumerate(labels):
-            r = part[part.method == label].set_index("task").reindex(tasks)
-            x = [i + (k - len(labels) / 2 + 0.5) * width for i in range(len(tasks))]
-            ax.bar(x, r.speedup, width, color=palette[k], label=label,
-                   yerr=[r.speedup - r.speedup_lo, r.speedup_hi - r.speedup], error_kw={"lw": 0.7})
-        ax.axhline(1, color="black", lw=1, ls="--")
-        ax.set_xticks(range(len(tasks)), [TASK_LABELS[t] for t in tasks])
-        ax.set_ylabel("speedup (x)")
-        ax.set_title(f"T = {temp:g}" + (" (greedy)" if temp == 0 else " (sampling)"), fontsize=10, loc="left")
-        ax.legend(fontsize=8, ncol=1, bbox_to_anchor=(1.01, 1), loc="upper left", frameon=False)
-    axes[-1, 0].set_xlabel("task; bars: median speedup over plain decoding, whiskers: 95% CI")
+    overall = rows[rows.task == "overall"].sort_values("speedup")
+    labels = [method_label(m, t) for m, t in zip(overall.method, overall.temperature)]
+    tasks = [t for t in TASK_LABELS if t in set(rows.task) and t != "overall"]
+    greedy = rows[(rows.temperature == 0) & (rows.task != "overall")]
+    drafts = [m for m in ("clover2@eagle25", "eagle1@eagle25", "eagle3@eagle25", "medusa@eagle25") if m in set(greedy.method)]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(COLUMN_IN, max(3.0, 0.26 * len(overall) + 1.4)),
+                                      gridspec_kw={"width_ratios": [1.15, 1]})
+    left.errorbar(overall.speedup, range(len(overall)), fmt="o", ms=4, capsize=2, color="tab:blue",
+                  xerr=[overall.speedup - overall.speedup_lo, overall.speedup_hi - overall.speedup])
+    left.set_yticks(range(len(overall)), labels, fontsize=MIN_PT)
+    left.set_xlabel("speedup (x), all prompts")
+    for k, method in enumerate(drafts):
+        r = greedy[greedy.method == method].set_index("task").reindex(tasks)
+        y = np.arange(len(tasks)) + (k - (len(drafts) - 1) / 2) * 0.8 / max(1, len(drafts))
+        right.errorbar(r.speedup, y, fmt="o", ms=4, capsize=2, label=method.split("@")[0],
+                       xerr=[r.speedup - r.speedup_lo, r.speedup_hi - r.speedup])
+    right.set_yticks(range(len(tasks)), [TASK_LABELS[t] for t in tasks])
+    right.set_xlabel("speedup (x), 25-node tree")
+    if drafts:
+        right.legend(fontsize=MIN_PT, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=len(drafts), frameon=False,
+                     handletextpad=0.2, columnspacing=0.8)
+    for ax in (left, right):
+        ax.axvline(1, color="black", lw=1, ls="--")
     if title:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     return fig
 
 
-def tau_bars(table: pd.DataFrame, *, hue: str = "method", title: str = ""):
-    """Tokens per target forward (tau, bonus token included) per task."""
-    g = sns.catplot(data=table.assign(task=table.task.map(TASK_LABELS).fillna(table.task)), x="task", y="tau",
-                    hue=hue, kind="bar", height=4, aspect=2.2, palette="tab10")
-    g.set_axis_labels("task", "tau: tokens per target forward")
-    g.set(ylim=(1, None))  # tau >= 1 always: the bars start at plain decoding
+def tau_dots(overall: pd.DataFrame, *, label: str = "variant", title: str = ""):
+    """Tokens per target forward (tau, bonus token included) over all prompts, one row per `label`
+    (ordered by tau), with its 95% bootstrap interval over prompts (`tau_lo`, `tau_hi`)."""
+    rows = overall.sort_values("tau")
+    fig, ax = plt.subplots(figsize=(6.5, max(2.6, 0.3 * len(rows) + 1.0)))
+    ax.errorbar(rows.tau, range(len(rows)), xerr=[rows.tau - rows.tau_lo, rows.tau_hi - rows.tau],
+                fmt="o", ms=4, capsize=2, color="tab:blue")
+    ax.set_yticks(range(len(rows)), rows[label])
+    ax.set_xlabel("tau: tokens per target forward (95% interval over prompts)")
     if title:
-        g.figure.suptitle(title, y=1.03)
+        ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def tau_beside_paper(tau: pd.DataFrame):
+    """tau per task of Clover-2 and EAGLE-1, one panel per source (the paper's targets and this run;
+    `tau`: from `clover2.research.paper.tau_beside`), points rather than bars: two per task."""
+    g = sns.catplot(data=tau.assign(task=tau.task.map(TASK_LABELS).fillna(tau.task)), x="task", y="tau",
+                    hue="method", col="source", kind="point", dodge=0.3, linestyle="none", markers=["o", "s"],
+                    height=2.4, aspect=1.0, col_wrap=3, palette="tab10")
+    g.set_axis_labels("", "tau (tokens per\ntarget forward)")
+    g.set_titles("{col_name}", size=MIN_PT + 1)
+    g.tick_params(axis="x", labelrotation=45)
     return g
 
 
 def cost_curve_plot(curve: pd.DataFrame, *, title: str = ""):
     """Time of one target forward of N tokens relative to one token (one line per engine)."""
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = plt.subplots(figsize=(6, 3.6))
     curve = curve.assign(engine=curve.get("engine", "eager"))  # curves before engines existed: eager
     sns.lineplot(data=curve, x="n_tokens", y="relative", marker="o",
                  hue="engine" if curve.engine.nunique() > 1 else None, ax=ax)
@@ -88,7 +168,8 @@ def cost_curve_plot(curve: pd.DataFrame, *, title: str = ""):
 
 def fit_heatmap(fit: pd.DataFrame, *, title: str = ""):
     """Predicted speedup of the dynamic tree per node budget and depth (from the fitted model),
-    coloured around 1 (red: slower than plain decoding, blue: faster); the chosen cell is outlined.
+    on one scale anchored at 1 for every draft (red: slower than plain decoding, blue: faster); the
+    best cell is outlined (dotted where even it is slower than plain decoding) and its value written.
     Empty cells are budgets a tree of that depth cannot reach with its top-k. For a union's fit
     (columns `<source>_budget`), the draft's trees beside the copy budgets of the best cell."""
     from matplotlib.patches import Rectangle
@@ -99,11 +180,15 @@ def fit_heatmap(fit: pd.DataFrame, *, title: str = ""):
         title += f", {column.removesuffix('_budget')} {int(best[column])} nodes"
     fit = fit[fit.budget > 0]
     pivot = fit.pivot_table(index="depth", columns="budget", values="predicted_speedup")
-    fig, ax = plt.subplots(figsize=(10, 3))
-    sns.heatmap(pivot, cmap="RdBu", center=1.0, ax=ax, cbar_kws={"label": "predicted speedup (x)"})
-    if best.predicted_speedup > 1 and best.budget > 0:  # else no draft tree is chosen
-        col, row = list(pivot.columns).index(best.budget), list(pivot.index).index(best.depth)
-        ax.add_patch(Rectangle((col, row), 1, 1, fill=False, ec="black", lw=2))
+    fig, ax = plt.subplots(figsize=(COLUMN_IN, 2.9))
+    # one scale for every draft and machine, anchored at 1 (plain decoding): red slower, blue faster
+    sns.heatmap(pivot, cmap="RdBu", center=1.0, vmin=0.0, vmax=2.0, ax=ax,
+                cbar_kws={"label": "predicted\nspeedup (x)", "extend": "max"})
+    top = fit.loc[fit.predicted_speedup.idxmax()]  # the best tree of the draft's (beside the copy budgets)
+    col, row = list(pivot.columns).index(top.budget), list(pivot.index).index(top.depth)
+    ax.add_patch(Rectangle((col, row), 1, 1, fill=False, ec="black", lw=2, ls="-" if top.predicted_speedup > 1 else ":"))
+    ax.annotate(f"best {top.predicted_speedup:.2f}x", (col + 0.5, row), xytext=(0, 4), textcoords="offset points",
+                ha="center", va="bottom", fontsize=MIN_PT)
     ax.set_xlabel("node budget (draft tokens per step)")
     ax.set_ylabel("depth")
     ax.set_title(title + ("" if best.predicted_speedup > 1 else " (no tree beats plain decoding)"))
@@ -115,7 +200,7 @@ def learning_curves(taus: pd.DataFrame, fits: pd.DataFrame | None = None, *, tit
     """Greedy tau at each snapshot of each draft's long run, against answer tokens seen (left) and
     training seconds (right), both on log axes; with `fits` (from `curves.extrapolate`), each
     draft's fitted line tau - 1 = a + b ln(tokens) on the left, dashed."""
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
+    fig, axes = plt.subplots(1, 2, figsize=(COLUMN_IN, 3.4), sharey=True)
     palette = dict(zip(taus.draft.unique(), sns.color_palette("tab10")))
     for ax, axis, label in ((axes[0], "seen_tokens", "answer tokens seen"), (axes[1], "train_seconds", "training seconds")):
         sns.lineplot(data=taus, x=axis, y="tau", hue="draft", palette=palette, marker="o", ax=ax, legend=ax is axes[0])
@@ -132,5 +217,60 @@ def learning_curves(taus: pd.DataFrame, fits: pd.DataFrame | None = None, *, tit
     axes[0].set_ylabel("tau (tokens per step)")
     if title:
         fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def depth_acceptance_plot(depths: pd.DataFrame, *, title: str = ""):
+    """Decode-time acceptance per depth of the tree, one line per draft (`depths`: from
+    `clover2.measure.acceptance.depth_acceptance`): left, the rate at depth d among the steps that
+    accepted d - 1 draft tokens; right, the share of all steps reaching depth d (tau - 1 is their sum)."""
+    fig, axes = plt.subplots(1, 2, figsize=(COLUMN_IN, 3.2))
+    for ax, value, label in ((axes[0], "rate", "accepted at depth d,\ngiven depth d - 1"),
+                             (axes[1], "reached", "steps reaching depth d")):
+        sns.lineplot(data=depths, x="depth", y=value, hue="draft", style="draft", markers=True, dashes=False,
+                     ax=ax, legend=ax is axes[1])
+        ax.set_xlabel("depth d (draft tokens)")
+        ax.set_ylabel(label)
+        ax.set_ylim(0, None)
+        ax.set_xticks(sorted(depths.depth.unique()))
+    sns.move_legend(axes[1], "upper right", title=None, fontsize=MIN_PT)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def accept_length_plot(hist: pd.DataFrame, *, title: str = ""):
+    """How many tokens each decoding step committed, per draft (`hist`: from
+    `clover2.measure.acceptance.accept_histogram`): the share of steps at each length, 1 meaning no
+    draft token accepted (the bonus token alone)."""
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    sns.barplot(data=hist, x="length", y="share", hue="draft", ax=ax)
+    ax.set_xlabel("tokens committed in one step (bonus included)")
+    ax.set_ylabel("share of steps")
+    sns.move_legend(ax, "upper right", title=None, fontsize=MIN_PT)
+    if title:
+        ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def tree_pays_plot(trees: pd.DataFrame, *, title: str = ""):
+    """Achieved against required tau per tree size, one colour per draft (`trees`: from
+    `clover2.research.report.tree_pays`). Solid: the tau the calibration measured with the best
+    dynamic tree of that many nodes; dashed: the tau that tree needs to break even with plain
+    decoding on this machine (its verification plus the draft's time, in 1-token steps). A tree pays
+    where the solid line runs above its dashed one."""
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    palette = dict(zip(trees.draft.unique(), sns.color_palette("tab10")))
+    for draft, g in trees.groupby("draft", sort=False):
+        ax.plot(g.budget, g.tau, marker="o", ms=3, color=palette[draft], label=f"{draft}: achieved")
+        ax.plot(g.budget, g.tau_required, ls="--", color=palette[draft], label=f"{draft}: needed")
+    ax.set_xlabel("draft tokens in the tree (node budget)")
+    ax.set_ylabel("tau (tokens per step)")
+    ax.legend(fontsize=9, ncol=2)
+    if title:
+        ax.set_title(title, fontsize=10)
     fig.tight_layout()
     return fig

@@ -57,7 +57,7 @@ def run_notebooks(profile: str | None = None, *, source: str | Path = "notebooks
                                                        "results": os.path.relpath(folder, source),  # no machine path
                                                        **(parameters or {})},
                                            cwd=str(source), progress_bar=True, log_output=True)
-                nbformat.write(for_the_book(nbformat.read(tmp, as_version=4), f"{nb}.ipynb"), tmp)
+                nbformat.write(for_the_book(nbformat.read(tmp, as_version=4), f"{nb}.ipynb", prof.name), tmp)
             written.append(out)
             seconds[nb] = round(time.perf_counter() - begun, 1)
     finally:
@@ -80,12 +80,16 @@ def _reset(km: KernelManager) -> None:
         client.stop_channels()
 
 
-def for_the_book(nb, name: str):
+def for_the_book(nb, name: str, profile: str):
     """Hide the parameter cells (the defaults and papermill's injected values), drop stderr outputs
     (progress bars, warnings: the run's log, shown on the terminal while it runs, not a result) and
-    the machine's paths."""
+    the machine's paths, and name the profile in the page's title ("cpu-full: At a glance"), so
+    that the profiles' pages differ in the browser's title, the search and the page links."""
     record = nb.metadata.get("papermill", {})
     record.update({k: name for k in ("input_path", "output_path") if k in record})
+    title = next((c for c in nb.cells if c.cell_type == "markdown" and c.source.startswith("# ")), None)
+    if title is not None and not title.source.startswith(f"# {profile}: "):
+        title.source = f"# {profile}: {title.source[2:]}"
     for cell in nb.cells:
         tags = cell.metadata.setdefault("tags", [])
         if ("injected-parameters" in tags or "parameters" in tags) and "remove-cell" not in tags:

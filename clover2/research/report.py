@@ -31,16 +31,55 @@ def overall_table(table: pd.DataFrame) -> pd.DataFrame:
     exactness, in the columns the glossary defines."""
     rows = _labelled(table[table.task == "overall"])
     out = pd.DataFrame({
-        "tau": rows.tau.round(2).to_numpy(),
+        "tau": [_or_dash(x, "{:.2f}") for x in rows.tau],  # Hugging Face's generate counts no steps
         "tokens/s": rows.tokens_per_s.round(1).to_numpy(),
         "speedup [95% CI]": [f"{s:.2f} [{lo:.2f}, {hi:.2f}]" for s, lo, hi in
                              zip(rows.speedup, rows.speedup_lo, rows.speedup_hi)],
-        "draft share": rows.draft_share.round(3).to_numpy(),
+        "draft share": [_or_dash(x, "{:.3f}") for x in rows.draft_share],
         "identical": [("" if np.isnan(x) else f"{x:.0%}") for x in rows.identical_frac]},
         index=pd.Index(rows.label, name="method"))
     if "contended" in rows and rows.contended.any():
         out["contended"] = rows.contended.map({True: "yes", False: ""}).to_numpy()
     return out
+
+
+def _or_dash(x: float, fmt: str) -> str:
+    """A number as `fmt`, or an en dash where there is none (not measured, not defined)."""
+    return "–" if pd.isna(x) else fmt.format(x)
+
+
+def tree_pays(fits: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """Per draft and node budget, the best depth of its dynamic tree (the benchmark's fit_<draft>.csv
+    tables, the draft alone): `tau` as the calibration measured it and `tau_required`, what that tree
+    needs to break even with plain decoding here (its verification plus the draft's time, in 1-token
+    steps: tau / predicted speedup). The tree pays where tau > tau_required."""
+    rows = []
+    for draft, fit in fits.items():
+        alone = fit[(fit.budget > 0) & (fit[[c for c in fit.columns if c.endswith("_budget")]] == 0).all(axis=1)]
+        best = alone.loc[alone.groupby("budget").predicted_speedup.idxmax()]
+        rows.append(best.assign(draft=draft, tau_required=best.tau / best.predicted_speedup)
+                    [["draft", "budget", "depth", "tau", "tau_required", "predicted_speedup"]])
+    return pd.concat(rows, ignore_index=True)
+
+
+def draft_step_costs(runs: pd.DataFrame, temperature: float = 0.0) -> pd.DataFrame:
+    """The draft's time per decoding step of every method that drafts with a trained model alone,
+    from the benchmark's own timings (runs.csv: each run's seconds, steps and share of time spent
+    drafting), as medians over prompts: ms per step, and over plain decoding's time per token on the
+    same prompts. A fitted method that drafts nothing is left out."""
+    from clover2.drafts import ARCHITECTURES
+
+    runs = runs[runs.temperature == temperature]
+    ar = runs[runs.method == "ar"].set_index("prompt")
+    plain = ar.seconds / ar.new_tokens
+    rows = []
+    for method, g in runs.groupby("method", sort=False):
+        if method.split("@")[0] not in ARCHITECTURES or g.draft_share.median() < 1e-3:
+            continue
+        per_step = (g.draft_share * g.seconds / g.steps).set_axis(g.prompt)
+        rows.append({"method": method, "draft ms / step": 1e3 * per_step.median(),
+                     "over a plain step": (per_step / plain.reindex(per_step.index)).median()})
+    return pd.DataFrame(rows, columns=["method", "draft ms / step", "over a plain step"]).set_index("method").round(3)
 
 
 def per_task(table: pd.DataFrame, value: str = "tau") -> pd.DataFrame:
@@ -54,17 +93,43 @@ def _interval(row) -> str:
     return f"{row.speedup:.2f}x [{row.speedup_lo:.2f}, {row.speedup_hi:.2f}]"
 
 
-def speedup_findings(table: pd.DataFrame, env: dict, curve: pd.DataFrame | None = None) -> str:
-    """The benchmark page's conclusions: the fastest method, the paper's comparison at its own tree,
-    the fitted tree's prediction against the measurement, what verification costs here, exactness
-    and the machine's load."""
+def paired_comparison(paired: pd.DataFrame, a: str, b: str, temperature: float = 0.0) -> str | None:
+    """`a` against `b` on the same prompts (`paired`: the benchmark's paired.csv): the geometric mean
+    of the per-prompt speed ratios with its 95% interval, how many prompts `a` was faster on, and
+    the tau ratio; with a verdict (faster, slower, or a tie where the interval holds 1). None where
+    the run did not measure the pair."""
+    row = paired[(paired.method == a) & (paired.versus == b) & (paired.temperature == temperature)]
+    if row.empty:
+        return None
+    r = row.iloc[0]
+    verdict = ("faster, beyond prompt noise" if r.speed_ratio_lo > 1 else
+               "slower, beyond prompt noise" if r.speed_ratio_hi < 1 else "a tie within prompt noise")
+    tau = "" if pd.isna(r.tau_ratio) else f"; tau ratio {r.tau_ratio:.2f}" + (
+        f" [{r.tau_ratio_lo:.2f}, {r.tau_ratio_hi:.2f}]" if "tau_ratio_lo" in r and not pd.isna(r.tau_ratio_lo) else "")
+    return (f"`{method_label(a, temperature)}` / `{method_label(b, temperature)}`: {r.speed_ratio:.2f}x "
+            f"[{r.speed_ratio_lo:.2f}, {r.speed_ratio_hi:.2f}], faster on {int(r.faster_on)} of {int(r.n_prompts)} "
+            f"prompts{tau}: {verdict}")
+
+
+# The method-against-method comparisons a benchmark page states, paired by prompt, where both ran.
+PAIRS = (("clover2@eagle25", "eagle1@eagle25"), ("clover2@eagle25", "eagle3@eagle25"),
+         ("clover2@eagle25", "medusa@eagle25"), ("eagle3@eagle25", "eagle1@eagle25"))
+
+
+def speedup_findings(table: pd.DataFrame, env: dict, curve: pd.DataFrame | None = None,
+                     paired: pd.DataFrame | None = None) -> str:
+    """The benchmark page's conclusions: the fastest method, the paper's comparison at its own tree
+    (paired by prompt where `paired`, the run's paired.csv, is given), the fitted tree's prediction
+    against the measurement, what verification costs here, exactness and the machine's load."""
     overall = table[table.task == "overall"].set_index(["method", "temperature"])
     greedy = overall.xs(0.0, level="temperature")
     n = int(greedy.n_prompts.max())
     lines = [f"- **Setup**: {n} prompts ({table[table.task != 'overall'].task.nunique()} tasks), up to "
              f"{env.get('bench', {}).get('max_new_tokens', '?')} new tokens each, every method interleaved prompt by "
              f"prompt; {env['target']} in {env['dtype']} on {env.get('gpu') or env['cpu']} "
-             f"({env.get('torch_threads', '?')} threads), commit `{env['commit']}`."]
+             f"({env.get('torch_threads', '?')} threads), commit `{env['commit']}`; trees "
+             + ", ".join(f"`{t}`" for t in dict.fromkeys(table.tree.dropna()) if t) + "; temperatures "
+             + ", ".join(f"{t:g}" for t in sorted(table.temperature.unique())) + "."]
     best = greedy.drop(index="ar").speedup.idxmax()
     lines.append(f"- **Fastest at T = 0**: `{best}`, {_interval(greedy.loc[best])} over plain decoding "
                  f"({greedy.loc['ar'].tokens_per_s:.1f} tokens/s).")
@@ -74,6 +139,11 @@ def speedup_findings(table: pd.DataFrame, env: dict, curve: pd.DataFrame | None 
         lines.append(f"- **The paper's comparison** (its 25-node tree, T = 0): Clover-2 tau {c.tau:.2f} against "
                      f"EAGLE-1 {e.tau:.2f} (ratio {c.tau / e.tau:.2f}; the paper: 1.00-1.05); speedups "
                      f"{_interval(c)} and {_interval(e)}.")
+    compared = [] if paired is None else [line for t in sorted(table.temperature.unique()) for x, y in PAIRS
+                                          if (line := paired_comparison(paired, x, y, t))]
+    if compared:
+        lines.append("- **Paired by prompt** (each method's speed over the other's on the same prompt, moments apart; "
+                     "the paper: Clover-2 / EAGLE-1 1.01-1.07 at T = 0): " + "; ".join(compared) + ".")
     for name, fitted in env.get("fitted_trees", {}).items():
         arch, bang, engine = name.partition("!")
         method = f"{arch}@fitted{bang}{engine}"

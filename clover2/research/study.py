@@ -35,7 +35,7 @@ from clover2.decoding.target import Target
 from clover2.drafts.checkpoint import SIDECAR, load_draft
 from clover2.errors import Clover2Error
 from clover2.files import atomic_path, jsonable, same_config, stable_hash, write_json, write_text
-from clover2.measure.acceptance import layers_read, paired_tau_intervals, references, replayed_steps
+from clover2.measure.acceptance import layers_read, references, replayed_steps, tau_table
 from clover2.measure.bench import run_bench
 from clover2.measure.methods import MethodSpec
 from clover2.measure.provenance import code_version, commit, machine
@@ -189,22 +189,23 @@ class Study:
         return logs if train else logs[logs.split == "held-out"].drop(columns="split").reset_index(drop=True)
 
     def final_metrics(self, variants: list[str]) -> pd.DataFrame:
-        """Each variant's last held-out evaluation, one row per head."""
+        """Each variant's held-out evaluation of the draft as saved (the one benchmarked), one row per
+        head: the last evaluation, or with `train.keep_best` the best one (the sidecar's `best_step`)."""
         m = self.metrics(variants)
-        return m[m.step == m.groupby("variant").step.transform("max")].reset_index(drop=True)
+        saved = {v: json.loads((self.draft(v) / SIDECAR).read_text()).get("best_step") for v in variants}
+        step = m.variant.map(saved).astype(float).fillna(m.groupby("variant").step.transform("max"))
+        return m[m.step == step].reset_index(drop=True)
 
     # -- measurements -------------------------------------------------------------------------
 
-    def tau(self, variants: list[str], *, tasks: tuple[str, ...] | None = None, n_per_task: int | None = None,
-            max_new_tokens: int | None = None, tree: str = "eagle25", n_boot: int = 2000) -> pd.DataFrame:
-        """Greedy tau (tokens per target forward, bonus included) of each variant per task, on the same
-        prompts and tree. Greedy tau does not depend on timing: each prompt is decoded plainly once and
-        every variant's decoding replayed against it (`clover2.decoding.replay`: the drafts run for
-        real, the target's forwards are read off the plain decoding), which costs the drafts alone.
-        The `overall` rows carry a 95% bootstrap interval over prompts (`tau_lo`, `tau_hi`) and, for
-        each variant, the interval of its difference from Clover-2's (else the first variant's) on the
-        same resampled prompts (`delta_lo`, `delta_hi`: an interval excluding 0 is a difference beyond
-        prompt-to-prompt noise)."""
+    def replay(self, variants: list[str], *, tasks: tuple[str, ...] | None = None, n_per_task: int | None = None,
+               max_new_tokens: int | None = None, trees: tuple[str, ...] = ("eagle25",)) -> pd.DataFrame:
+        """Greedy decoding of the same prompts by every variant on each tree, without timing: each
+        prompt is decoded plainly once and every variant's decoding replayed against it
+        (`clover2.decoding.replay`: the drafts run for real, the target's forwards are read off the
+        plain decoding), which costs the drafts alone. One row per variant (column `draft`), tree and
+        prompt, with each step's accept length: the input of `tau_table`, `depth_acceptance`,
+        `accept_histogram` and `vocabulary_coverage` (`clover2.measure.acceptance`)."""
         n_per_task = n_per_task or self.profile.study.ablation_n_per_task
         max_new_tokens = max_new_tokens or self.profile.study.ablation_max_new_tokens
         records = [r for t in (tasks or self.profile.bench.tasks) for r in load_task(t, n_per_task)]
@@ -213,14 +214,12 @@ class Study:
         models = {v: self.draft(v) for v in variants}  # trained first, outside the replays
         refs = references(self.target, prompts, DecodeConfig(max_new_tokens=max_new_tokens, engine=engine),
                           layers=layers_read(self.target, [self._draft_config(v).arch for v in variants]))
-        df = replayed_steps(self.target, models, prompts, refs, trees=[tree], engine=engine).rename(columns={"draft": "variant"})
-        per_task = df.groupby(["variant", "task"], sort=False)[["tokens", "steps"]].sum().reset_index()
-        overall = df.groupby("variant", sort=False)[["tokens", "steps"]].sum().reset_index().assign(task="overall")
-        reference = "clover2" if "clover2" in variants else variants[0]
-        overall = overall.join(paired_tau_intervals(df, reference=reference, n_boot=n_boot), on="variant")
-        out = pd.concat([per_task, overall], ignore_index=True)
-        out["tau"] = out.tokens / out.steps
-        return out
+        return replayed_steps(self.target, models, prompts, refs, trees=list(trees), engine=engine)
+
+    def tau(self, variants: list[str], *, tree: str = "eagle25", n_boot: int = 2000, **replay) -> pd.DataFrame:
+        """Greedy tau of each variant per task on the same prompts and tree (`replay`'s), with
+        intervals paired by prompt (`tau_table`)."""
+        return tau_table(self.replay(variants, trees=(tree,), **replay), n_boot=n_boot)
 
     def bench(self, name: str = "bench", *, rerun: bool = False, reuse: bool = False, **overrides) -> pd.DataFrame:
         """The profile's benchmark (fields of BenchConfig overridable) into results/<profile>/<name>/.
