@@ -55,10 +55,18 @@ class StudyConfig:
     ablation_n_per_task: int = 2  # prompts per task for the ablations' greedy tau
     ablation_max_new_tokens: int = 64
     engine: str = "eager"  # the engine the ablations' tau is measured on (greedy tau is the same on every one)
+    # The headline drafts are trained again with each further training seed (`-seed<k>` variants) and
+    # measured on the same prompts, for their tau and their speed: the spread from seed to seed beside
+    # the spread from prompt to prompt. (0,): one seed, the profile's own.
+    seeds: tuple[int, ...] = (0,)
+    headline: tuple[str, ...] = ("medusa", "eagle1", "eagle3", "clover2")
 
     def __post_init__(self):
         if min(self.ablation_n_per_task, self.ablation_max_new_tokens) < 1:
             raise Clover2Error(f"study config: ablation_n_per_task and ablation_max_new_tokens must be >= 1: {self}")
+        if not self.seeds or self.seeds[0] != 0 or len(set(self.seeds)) != len(self.seeds) or min(self.seeds) < 0:
+            raise Clover2Error(f"study config: seeds must start with 0 (the profile's own) and be distinct and >= 0: "
+                               f"{self.seeds}")
         if self.engine not in ENGINES:
             raise Clover2Error(f"study config: engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
 
@@ -134,7 +142,7 @@ def load_profile(name: str | Path | None = None) -> Profile:
 # A dry run keeps a profile's target, methods and variants and takes the smoke profile's sizes, on a CPU.
 DRY_RUN_SIZES = {"data": None, "train": None, "draft": None,  # None: smoke's whole section on top
                  "bench": ("tasks", "n_per_task", "max_new_tokens", "fit"),
-                 "study": ("ablation_n_per_task", "ablation_max_new_tokens")}
+                 "study": ("ablation_n_per_task", "ablation_max_new_tokens", "seeds")}
 
 
 def dry_run_profile(name: str | Path | None) -> Path:

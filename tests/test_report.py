@@ -123,3 +123,14 @@ def test_tau_beside_puts_this_runs_static_tree_drafts_next_to_the_paper():
     assert set(mine.method) == {"clover2", "eagle1"} and set(mine.task) == {"mt_bench", "qa"}  # no overall, no pld
     assert set(tau.source) == {"vicuna-7b (paper)", "llama3-8b (paper)", "ours"}
     assert list(tau.columns) == ["source", "method", "task", "tau"]
+
+
+def test_seed_findings_say_where_a_difference_holds_seed_by_seed():
+    assert "One training seed" in report.seed_findings(pd.DataFrame(columns=["variant", "seeds"]))
+    paired = {k: pd.DataFrame([{"method": "clover2@eagle25", "versus": "eagle1@eagle25", "temperature": 0.0,
+                                "n_prompts": 24, "speed_ratio": r, "speed_ratio_lo": r - 0.03, "speed_ratio_hi": r + 0.03,
+                                "faster_on": 18, "tau_ratio": 1.02}]) for k, r in ((0, 1.06), (1, 1.01), (2, 1.08))}
+    pairs = report.seed_pairs(paired)
+    assert list(pairs.seed) == [0, 1, 2] and set(pairs.comparison) == {"clover2 / eagle1"}
+    text = report.seed_findings(pairs=pairs)
+    assert "1.06x, 1.01x, 1.08x" in text and "beyond prompt noise in 2 of 3 seeds, slower in 0" in text

@@ -12,7 +12,7 @@ from conftest import tiny_target
 import clover2.research.study as study_module
 from clover2.errors import Clover2Error
 from clover2.profiles import load_profile
-from clover2.research.study import Study
+from clover2.research.study import Study, seed_spread, seeded, unseeded
 
 
 def _study(tmp_path, profile=None, family="llama"):
@@ -68,3 +68,29 @@ def test_reuse_renders_the_run_in_the_results_folder_without_measuring(tmp_path,
     (study.results / "bench").mkdir(parents=True)
     (study.results / "bench" / "bench.csv").write_text("method,tau\nar,1.0\n")
     assert study.bench(reuse=True).method.tolist() == ["ar"]
+
+
+def test_a_seeded_variant_is_the_same_draft_with_another_training_seed(tmp_path, monkeypatch):
+    monkeypatch.setenv("CLOVER2_CACHE", str(tmp_path / "cache"))
+    base = _study(tmp_path)
+    assert seeded("clover2-ttt7", 0) == "clover2-ttt7" and seeded("clover2-ttt7", 2) == "clover2-ttt7-seed2"
+    assert unseeded("clover2-ttt7-seed2") == ("clover2-ttt7", 2) and unseeded("clover2") == ("clover2", None)
+    assert base._draft_config("clover2-ttt7-seed2") == base._draft_config("clover2-ttt7")
+    assert base._train_config("clover2-ttt7-seed2") == replace(base._train_config("clover2-ttt7"), seed=2)
+    assert base.draft_dir("clover2-seed1") != base.draft_dir("clover2")
+    with pytest.raises(Clover2Error, match="unknown draft variant"):
+        base._draft_config("clover9-seed1")
+
+
+def test_seed_spread_sets_seeds_beside_prompts():
+    def rows(draft, lengths):
+        return [{"draft": draft, "tree": "eagle25", "prompt": p, "task": "qa", "tokens": sum(ls), "steps": len(ls)}
+                for p, ls in enumerate(lengths)]
+    good, bad = [[2, 2, 3]] * 6, [[1, 1, 2]] * 6
+    steps = pd.DataFrame(rows("clover2", good) + rows("eagle1", bad) + rows("clover2-seed1", good)
+                         + rows("eagle1-seed1", [[2, 2, 3]] * 6))  # seed 1: the two tie
+    per_seed, spread = seed_spread(steps, n_boot=200)
+    assert set(zip(per_seed.variant, per_seed.seed)) == {("clover2", 0), ("eagle1", 0), ("clover2", 1), ("eagle1", 1)}
+    eagle = spread.set_index("variant").loc["eagle1"]
+    assert eagle.seeds == 2 and eagle.beyond_noise_in == 1 and eagle.tau_min == pytest.approx(4 / 3)
+    assert eagle.tau_sd > 0 and spread.set_index("variant").loc["clover2", "tau_sd"] == 0

@@ -116,6 +116,48 @@ PAIRS = (("clover2@eagle25", "eagle1@eagle25"), ("clover2@eagle25", "eagle3@eagl
          ("clover2@eagle25", "medusa@eagle25"), ("eagle3@eagle25", "eagle1@eagle25"))
 
 
+def seed_pairs(paired_by_seed: dict[int, pd.DataFrame], temperature: float = 0.0) -> pd.DataFrame:
+    """The `PAIRS` comparisons in each training seed's benchmark (`{seed: its paired.csv}`), one row
+    per comparison and seed: speed ratio with its interval over prompts, prompts faster, tau ratio."""
+    rows = []
+    for seed, paired in paired_by_seed.items():
+        for a, b in PAIRS:
+            r = paired[(paired.method == a) & (paired.versus == b) & (paired.temperature == temperature)]
+            if len(r):
+                r = r.iloc[0]
+                rows.append({"comparison": f"{a.split('@')[0]} / {b.split('@')[0]}", "seed": seed,
+                             "speed ratio": r.speed_ratio, "lo": r.speed_ratio_lo, "hi": r.speed_ratio_hi,
+                             "faster on": f"{int(r.faster_on)}/{int(r.n_prompts)}", "tau ratio": r.tau_ratio})
+    return pd.DataFrame(rows, columns=["comparison", "seed", "speed ratio", "lo", "hi", "faster on", "tau ratio"])
+
+
+def seed_findings(spread: pd.DataFrame | None = None, pairs: pd.DataFrame | None = None) -> str:
+    """What the training seeds say: with `spread` (`clover2.research.study.seed_spread`'s summary),
+    each draft's tau from seed to seed against its interval from prompt to prompt, and in how many
+    seeds its difference from Clover-2 is beyond prompt noise; with `pairs` (`seed_pairs`), each
+    comparison's speed ratio per seed."""
+    seeds = max([] + ([] if spread is None or spread.empty else [int(spread.seeds.max())])
+                + ([] if pairs is None or pairs.empty else [pairs.seed.nunique()]), default=1)
+    if seeds < 2:
+        return "- One training seed: the intervals cover the prompts only."
+    lines = []
+    if spread is not None and not spread.empty:
+        lines.append(f"- **{seeds} training seeds** per draft (initialisation and batch order; the same data and "
+                     "prompts). tau, the mean over seeds, with the seeds' standard deviation beside the half-width "
+                     "of one seed's interval over prompts:")
+        for r in spread.itertuples():
+            versus = "" if r.difference_mean == 0 else (f"; against Clover-2 {r.difference_mean:+.3f} on average, "
+                                                       f"beyond prompt noise in {int(r.beyond_noise_in)} of {r.seeds} seeds")
+            lines.append(f"  - `{r.variant}`: {r.tau_mean:.3f} (seeds: sd {r.tau_sd:.3f}, {r.tau_min:.3f}-{r.tau_max:.3f}; "
+                         f"prompts: ±{r.prompt_half_width:.3f}){versus}.")
+    for comparison, g in ([] if pairs is None or pairs.empty else pairs.groupby("comparison", sort=False)):
+        above, below = int((g.lo > 1).sum()), int((g.hi < 1).sum())
+        lines.append(f"- **Speed, {comparison}**, paired by prompt in each seed's run: "
+                     + ", ".join(f"{x:.2f}x" for x in g["speed ratio"])
+                     + f"; faster beyond prompt noise in {above} of {len(g)} seeds, slower in {below}.")
+    return "\n".join(lines)
+
+
 def speedup_findings(table: pd.DataFrame, env: dict, curve: pd.DataFrame | None = None,
                      paired: pd.DataFrame | None = None) -> str:
     """The benchmark page's conclusions: the fastest method, the paper's comparison at its own tree

@@ -16,7 +16,9 @@ never read back), beside `profile.yaml` (the resolved profile) and `provenance.j
 Draft *variants* are the architectures and the paper's ablations, each a name for an architecture
 plus the `DraftConfig` switches it changes (`VARIANTS`) and, for the training-time test, the
 `TrainConfig` ones (`TRAINING`); all train on the same data with the same budget, so that every
-difference comes from the architecture, the loss or how many of its own steps it learns from.
+difference comes from the architecture, the loss or how many of its own steps it learns from. Any
+variant with `-seed<k>` appended is the same draft trained with another training seed (`seeded`),
+which is how the spread from seed to seed is measured beside the spread from prompt to prompt.
 """
 
 from __future__ import annotations
@@ -72,6 +74,40 @@ VARIANTS: dict[str, tuple[str, dict]] = {
     "eagle1-ttt7": ("eagle1", {"head_decay": 0.8}),
 }
 TRAINING: dict[str, dict] = {"clover2-ttt7": {"ttt_steps": 7}, "eagle1-ttt7": {"ttt_steps": 7}}  # TrainConfig switches
+
+
+def seeded(variant: str, seed: int) -> str:
+    """`variant` trained with training seed `seed` (initialisation and batch order; the data is the
+    same): `clover2-seed1`. Seed 0, every profile's own, is the variant itself."""
+    return variant if seed == 0 else f"{variant}-seed{seed}"
+
+
+def unseeded(variant: str) -> tuple[str, int | None]:
+    """(`clover2`, 1) for `clover2-seed1`; (`clover2`, None) for `clover2` (the profile's own seed)."""
+    base, sep, seed = variant.rpartition("-seed")
+    return (base, int(seed)) if sep and seed.isdigit() else (variant, None)
+
+
+def seed_spread(steps: pd.DataFrame, *, n_boot: int = 2000) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Training seeds beside prompts (`steps`: `replay` rows of `seeded` variants on one tree).
+    Per variant and seed: tau over all prompts with its interval over prompts, and its difference
+    from Clover-2's of the same seed with the paired interval (`tau_table`). Then per variant: the
+    seeds' mean tau, their standard deviation and range (the spread from seed to seed), the mean
+    half-width of the prompt intervals (the spread from prompt to prompt), the mean difference from
+    Clover-2 and in how many seeds it is beyond prompt noise."""
+    names = [unseeded(d) for d in steps.draft]
+    steps = steps.assign(draft=[b for b, _ in names], seed=[k or 0 for _, k in names])
+    per_seed = pd.concat([tau_table(g.drop(columns="seed"), n_boot=n_boot).query("task == 'overall'").assign(seed=k)
+                          for k, g in steps.groupby("seed")], ignore_index=True)
+    reference = per_seed[per_seed.variant == ("clover2" if "clover2" in set(per_seed.variant) else per_seed.variant.iloc[0])]
+    per_seed = per_seed.merge(reference[["seed", "tau"]].rename(columns={"tau": "reference_tau"}), on="seed")
+    per_seed["difference"] = per_seed.tau - per_seed.reference_tau
+    beyond = (per_seed.delta_lo > 0) | (per_seed.delta_hi < 0)
+    summary = per_seed.assign(beyond=beyond, half_width=(per_seed.tau_hi - per_seed.tau_lo) / 2).groupby(
+        "variant", sort=False).agg(seeds=("seed", "nunique"), tau_mean=("tau", "mean"), tau_sd=("tau", "std"),
+                                   tau_min=("tau", "min"), tau_max=("tau", "max"), prompt_half_width=("half_width", "mean"),
+                                   difference_mean=("difference", "mean"), beyond_noise_in=("beyond", "sum"))
+    return per_seed[["variant", "seed", "tau", "tau_lo", "tau_hi", "difference", "delta_lo", "delta_hi"]], summary.reset_index()
 
 
 def training_log(path: Path, variant: str) -> pd.DataFrame:
@@ -174,13 +210,17 @@ class Study:
         return out
 
     def _draft_config(self, variant: str):
-        if variant not in VARIANTS:
-            raise Clover2Error(f"unknown draft variant {variant!r}; known: {', '.join(VARIANTS)}")
-        arch, overrides = VARIANTS[variant]
+        base, _ = unseeded(variant)
+        if base not in VARIANTS:
+            raise Clover2Error(f"unknown draft variant {variant!r}; known: {', '.join(VARIANTS)} "
+                               "(each may end in -seed<k>: trained with training seed k)")
+        arch, overrides = VARIANTS[base]
         return self.profile.draft_config(arch, **overrides)
 
     def _train_config(self, variant: str):
-        return replace(self.profile.train_config(self._draft_config(variant).arch), **TRAINING.get(variant, {}))
+        base, seed = unseeded(variant)
+        config = replace(self.profile.train_config(self._draft_config(variant).arch), **TRAINING.get(base, {}))
+        return config if seed is None else replace(config, seed=seed)
 
     def metrics(self, variants: list[str], *, train: bool = False) -> pd.DataFrame:
         """Held-out evaluations of the variants during training, one row per evaluation and head
@@ -221,10 +261,12 @@ class Study:
         intervals paired by prompt (`tau_table`)."""
         return tau_table(self.replay(variants, trees=(tree,), **replay), n_boot=n_boot)
 
-    def bench(self, name: str = "bench", *, rerun: bool = False, reuse: bool = False, **overrides) -> pd.DataFrame:
+    def bench(self, name: str = "bench", *, rerun: bool = False, reuse: bool = False, seed: int = 0,
+              **overrides) -> pd.DataFrame:
         """The profile's benchmark (fields of BenchConfig overridable) into results/<profile>/<name>/.
 
-        Drafts it names are trained first. A finished run is taken from the cache only when
+        Drafts it names are trained first (with training seed `seed`: each architecture's `seeded`
+        variant). A finished run is taken from the cache only when
         everything it depends on is unchanged (settings, target, drafts' weights, machine, code);
         `rerun` measures again regardless. `reuse` takes the run already in results/<profile>/<name>/
         as it is, whatever produced it (to re-render a page; its env.json says what measured it)."""
@@ -234,7 +276,7 @@ class Study:
             return pd.read_csv(self.results / name / "bench.csv")
         config = replace(self.profile.bench, **{k: tuple(v) if isinstance(v, list) else v for k, v in overrides.items()})
         specs = [MethodSpec.parse(s) for s in config.methods]
-        drafts = {s.arch: self.draft(s.arch) for s in specs if s.is_draft and s.draft is None}
+        drafts = {s.arch: self.draft(seeded(s.arch, seed)) for s in specs if s.is_draft and s.draft is None}
         key = stable_hash({"bench": asdict(config), "target": self.target.identity(), "dtype": str(self.target.dtype),
                            "device": str(self.target.device), "kernels": self.target.kernel_plan.describe(),
                            "machine": machine(), "code": code_version(),
