@@ -66,7 +66,8 @@ def test_the_book_copy_names_its_profile_and_hides_the_run_log():
     code = next(c for c in nb.cells if c.cell_type == "code" and "parameters" not in c.metadata.get("tags", []))
     code.outputs = [nbformat.v4.new_output("stream", name="stderr", text="progress"),
                     nbformat.v4.new_output("stream", name="stdout", text="result")]
-    once = for_the_book(nb, "06_at_a_glance.ipynb", "cpu-full")
+    once = for_the_book(nb, "06_at_a_glance.ipynb", "cpu-full", {"commit": "abc1234", "cpu": "AMD EPYC"})
+    assert once.metadata["clover2"]["commit"] == "abc1234"
     title = next(c.source for c in once.cells if c.cell_type == "markdown" and c.source.startswith("# "))
     assert title.startswith("# cpu-full: ") and not title.startswith("# cpu-full: cpu-full: ")
     assert [o.name for o in code.outputs] == ["stdout"]

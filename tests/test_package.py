@@ -18,7 +18,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "clover2"
 # Declared but never imported by clover2's own code, each for a reason.
 NOT_IMPORTED = {"gguf": "transformers reads the built-in GGUF target with it",
                 "ipykernel": "the kernel papermill and nbmake run the notebooks in",
-                "jupyter-book": "builds the book (a command, not a library)"}
+                "jupyter-book": "builds the book (a command, not a library)",
+                "sphinx-mathjax-offline": "a Sphinx extension the book build loads: MathJax served from the build"}
 
 
 def _imports(folder: Path) -> set[str]:

@@ -134,3 +134,10 @@ def test_seed_findings_say_where_a_difference_holds_seed_by_seed():
     assert list(pairs.seed) == [0, 1, 2] and set(pairs.comparison) == {"clover2 / eagle1"}
     text = report.seed_findings(pairs=pairs)
     assert "1.06x, 1.01x, 1.08x" in text and "beyond prompt noise in 2 of 3 seeds, slower in 0" in text
+
+
+def test_the_reported_evaluation_is_the_benchmarked_checkpoints():
+    metrics = pd.DataFrame([{"variant": v, "step": s, "head": 0, "top1": s / 1000} for v in ("medusa", "eagle1")
+                            for s in (500, 1000, 1300)])
+    rows = report.at_saved_step(metrics, {"medusa": 1000, "eagle1": None}).set_index("variant")
+    assert rows.loc["medusa", "step"] == 1000 and rows.loc["eagle1", "step"] == 1300  # keep-best, and the last

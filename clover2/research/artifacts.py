@@ -1,8 +1,9 @@
 """Which commit, machine and date produced each results folder: the book's provenance table.
 
-A profile's notebooks record their run in `provenance.json` (commit, code hash, machine) and each
-executed notebook its start time; every benchmark writes `env.json` (commit, date, CPU or GPU, the
-drafts' weight hashes). This collects them into one table, a row per folder that holds one, so a
+Each executed notebook records the commit and machine of its run (metadata `clover2`, written by
+`clover2.research.notebooks`; copies older than that record fall back to their profile's
+`provenance.json`, the last run's) and papermill its start time; every benchmark writes `env.json`
+(commit, date, CPU or GPU, the drafts' weight hashes). This collects them into one table, a row per folder that holds one, so a
 reader can see at a glance which results share a commit, which ran on a tree with uncommitted
 changes (`-dirty`), and on which machine.
 
@@ -20,16 +21,6 @@ import pandas as pd
 from clover2.files import write_text
 
 
-def _notebook_dates(folder: Path) -> str:
-    """The day the profile's executed notebooks started (earliest papermill start time)."""
-    starts = []
-    for nb in folder.glob("*.ipynb"):
-        start = json.loads(nb.read_text()).get("metadata", {}).get("papermill", {}).get("start_time")
-        if start:
-            starts.append(start)
-    return min(starts)[:10] if starts else ""
-
-
 def _published(record: Path, results: Path) -> bool:
     """Not the CI's smoke run or a dry run (neither is committed nor in the book)."""
     top = record.relative_to(results).parts[0]
@@ -37,15 +28,18 @@ def _published(record: Path, results: Path) -> bool:
 
 
 def artifacts(results: str | Path) -> pd.DataFrame:
-    """One row per results folder with a record: `folder` (relative to `results`), `what` (the
-    notebooks of a profile, or a benchmark), `commit`, `machine` and `date`."""
+    """One row per executed notebook and per benchmark folder: `folder` (relative to `results`),
+    `what`, `commit`, `machine` and `date`."""
     results = Path(results)
     rows = []
     for record in sorted(r for r in results.rglob("provenance.json") if _published(r, results)):
-        p = json.loads(record.read_text())
-        rows.append({"folder": record.parent.relative_to(results).as_posix() + "/notebooks", "what": "notebooks",
-                     "commit": p.get("commit", ""), "machine": p.get("gpu") or p.get("cpu", ""),
-                     "date": _notebook_dates(record.parent / "notebooks")})
+        profile = json.loads(record.read_text())  # the last notebook run of the profile, for copies without their own
+        for nb in sorted((record.parent / "notebooks").glob("*.ipynb")):
+            meta = json.loads(nb.read_text()).get("metadata", {})
+            own = meta.get("clover2") or profile
+            rows.append({"folder": nb.relative_to(results).as_posix(), "what": "executed notebook",
+                         "commit": own.get("commit", ""), "machine": own.get("gpu") or own.get("cpu", ""),
+                         "date": str(meta.get("papermill", {}).get("start_time", ""))[:10]})
     for record in sorted(r for r in results.rglob("env.json") if _published(r, results)):
         e = json.loads(record.read_text())
         rows.append({"folder": record.parent.relative_to(results).as_posix(), "what": "benchmark",
@@ -59,10 +53,10 @@ def page(results: str | Path) -> str:
     table = artifacts(results)
     dirty = table.commit.str.endswith("-dirty").sum()
     lines = ["# Provenance of every result", "",
-             "Each results folder with a machine-readable record, the commit of the code that produced it "
-             "(`-dirty`: with uncommitted changes to the code), the machine and the day. The notebooks of one "
-             "profile run together at one commit; a benchmark folder beside them may come from another run, "
-             "and its own page says which command made it. Written by "
+             "Every executed notebook and every benchmark folder, with the commit of the code that produced it "
+             "(`-dirty`: with uncommitted changes to the code), the machine and the day. A profile's notebooks "
+             "need not all come from one run (a page can be re-rendered from its tables alone), and a benchmark "
+             "folder beside them may come from another run; its own page says which command made it. Written by "
              "`python -m clover2.research.artifacts results book/provenance.md` (part of `make book`).", "",
              f"{len(table)} records, {table.commit.nunique()} commits, {dirty} from a tree with uncommitted changes.", "",
              "| folder | what | commit | machine | date |", "|---|---|---|---|---|"]

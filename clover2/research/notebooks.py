@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 
 from clover2.errors import Clover2Error
 from clover2.files import atomic_path, write_json
+from clover2.measure.provenance import commit, machine
 from clover2.paths import results_root
 from clover2.profiles import load_profile
 
@@ -45,6 +46,7 @@ def run_notebooks(profile: str | None = None, *, source: str | Path = "notebooks
         raise Clover2Error(f"unknown notebooks {unknown}; known: {', '.join(NOTEBOOKS)}")
     folder = (Path(results).resolve() if results else results_root()) / prof.name
     written, seconds, start = [], {}, time.perf_counter()
+    record = {"commit": commit(), "cpu": machine()["cpu"], "gpu": machine()["gpu"]}  # each executed copy's own provenance
     km = KernelManager(kernel_name=kernel)
     km.start_kernel(cwd=str(source))
     try:
@@ -57,7 +59,7 @@ def run_notebooks(profile: str | None = None, *, source: str | Path = "notebooks
                                                        "results": os.path.relpath(folder, source),  # no machine path
                                                        **(parameters or {})},
                                            cwd=str(source), progress_bar=True, log_output=True)
-                nbformat.write(for_the_book(nbformat.read(tmp, as_version=4), f"{nb}.ipynb", prof.name), tmp)
+                nbformat.write(for_the_book(nbformat.read(tmp, as_version=4), f"{nb}.ipynb", prof.name, record), tmp)
             written.append(out)
             seconds[nb] = round(time.perf_counter() - begun, 1)
     finally:
@@ -80,13 +82,17 @@ def _reset(km: KernelManager) -> None:
         client.stop_channels()
 
 
-def for_the_book(nb, name: str, profile: str):
+def for_the_book(nb, name: str, profile: str, record: dict | None = None):
     """Hide the parameter cells (the defaults and papermill's injected values), drop stderr outputs
     (progress bars, warnings: the run's log, shown on the terminal while it runs, not a result) and
-    the machine's paths, and name the profile in the page's title ("cpu-full: At a glance"), so
-    that the profiles' pages differ in the browser's title, the search and the page links."""
-    record = nb.metadata.get("papermill", {})
-    record.update({k: name for k in ("input_path", "output_path") if k in record})
+    the machine's paths, name the profile in the page's title ("cpu-full: At a glance"), so that
+    the profiles' pages differ in the browser's title, the search and the page links, and keep the
+    run's `record` (commit and machine) in the notebook's metadata (`clover2`): the provenance page
+    reads each executed notebook's own."""
+    papermill_record = nb.metadata.get("papermill", {})
+    papermill_record.update({k: name for k in ("input_path", "output_path") if k in papermill_record})
+    if record is not None:
+        nb.metadata["clover2"] = dict(record)
     title = next((c for c in nb.cells if c.cell_type == "markdown" and c.source.startswith("# ")), None)
     if title is not None and not title.source.startswith(f"# {profile}: "):
         title.source = f"# {profile}: {title.source[2:]}"

@@ -43,6 +43,14 @@ def overall_table(table: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def at_saved_step(metrics: pd.DataFrame, saved: dict[str, int | None]) -> pd.DataFrame:
+    """Each variant's evaluation rows (`metrics`: one row per evaluation step and head) at the step
+    of the draft as saved and benchmarked (`saved`: the sidecars' `best_step`, the last step with
+    `train.keep_best` off); the last evaluation where the step is not known."""
+    step = metrics.variant.map(saved).astype(float).fillna(metrics.groupby("variant").step.transform("max"))
+    return metrics[metrics.step == step].reset_index(drop=True)
+
+
 def _or_dash(x: float, fmt: str) -> str:
     """A number as `fmt`, or an en dash where there is none (not measured, not defined)."""
     return "–" if pd.isna(x) else fmt.format(x)

@@ -44,6 +44,7 @@ from clover2.measure.provenance import code_version, commit, machine
 from clover2.measure.tasks import benchmark_texts, load_task
 from clover2.paths import cache_root, results_root
 from clover2.profiles import Profile, load_profile
+from clover2.research.report import at_saved_step
 from clover2.training.corpora import sharegpt_conversations
 from clover2.training.data import DataConfig, complete_meta, prepare_data, split_corpus
 from clover2.training.train import train
@@ -231,10 +232,8 @@ class Study:
     def final_metrics(self, variants: list[str]) -> pd.DataFrame:
         """Each variant's held-out evaluation of the draft as saved (the one benchmarked), one row per
         head: the last evaluation, or with `train.keep_best` the best one (the sidecar's `best_step`)."""
-        m = self.metrics(variants)
         saved = {v: json.loads((self.draft(v) / SIDECAR).read_text()).get("best_step") for v in variants}
-        step = m.variant.map(saved).astype(float).fillna(m.groupby("variant").step.transform("max"))
-        return m[m.step == step].reset_index(drop=True)
+        return at_saved_step(self.metrics(variants), saved)
 
     # -- measurements -------------------------------------------------------------------------
 
