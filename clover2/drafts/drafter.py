@@ -45,6 +45,11 @@ class DynamicTree:
         if min(self.budget, self.depth, self.top_k) < 1:
             raise Clover2Error(f"dynamic tree: budget, depth and top_k must be >= 1: {self}")
 
+    @property
+    def max_depth(self) -> int:
+        """The deepest draft token, as a static `Tree`'s."""
+        return self.depth
+
 
 _GRAPHED: WeakKeyDictionary = WeakKeyDictionary()  # draft model -> its captured (root_logits, step)
 

@@ -22,7 +22,7 @@ from clover2.decoding.replay import Reference, plain_reference, replay
 from clover2.decoding.target import Target
 from clover2.drafts.base import DraftModel
 from clover2.drafts.checkpoint import load_draft
-from clover2.drafts.drafter import DynamicTree, ModelDrafter
+from clover2.drafts.drafter import ModelDrafter
 from clover2.errors import Clover2Error
 from clover2.files import atomic_path
 from clover2.measure.methods import parse_tree
@@ -69,13 +69,12 @@ def replayed_steps(target: Target, drafts: Mapping[str, Path | DraftModel], prom
         model = draft if isinstance(draft, DraftModel) else load_draft(draft, target)
         for tree in trees:
             shape = parse_tree(tree)
-            depth = shape.depth if isinstance(shape, DynamicTree) else shape.max_depth
             for p, ((task, _), ref) in enumerate(zip(prompts, tqdm(refs, desc=f"tau {name} {tree}", unit="prompt"))):
                 g = replay(target, ModelDrafter(model, shape, graphs=engine == "graphs"), ref)
                 answer = torch.tensor(ref.ids[ref.prompt_len:], device=model.d2t.device)
                 rows.append({"draft": name, "tree": tree, "prompt": p, "task": task, "tokens": sum(g.accept_lengths),
                              "steps": len(g.steps), "first": sum(a > 1 for a in g.accept_lengths),
-                             "lengths": " ".join(map(str, g.accept_lengths)), "depth": depth,
+                             "lengths": " ".join(map(str, g.accept_lengths)), "depth": shape.max_depth,
                              "answer_tokens": len(answer), "in_vocab": int(torch.isin(answer, model.d2t).sum())})
     return pd.DataFrame(rows)
 

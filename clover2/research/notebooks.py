@@ -46,7 +46,8 @@ def run_notebooks(profile: str | None = None, *, source: str | Path = "notebooks
         raise Clover2Error(f"unknown notebooks {unknown}; known: {', '.join(NOTEBOOKS)}")
     folder = (Path(results).resolve() if results else results_root()) / prof.name
     written, seconds, start = [], {}, time.perf_counter()
-    record = {"commit": commit(), "cpu": machine()["cpu"], "gpu": machine()["gpu"]}  # each executed copy's own provenance
+    here = machine()
+    record = {"commit": commit(), "cpu": here["cpu"], "gpu": here["gpu"]}  # each executed copy's own provenance
     km = KernelManager(kernel_name=kernel)
     km.start_kernel(cwd=str(source))
     try:

@@ -144,12 +144,12 @@ def seed_findings(spread: pd.DataFrame | None = None, pairs: pd.DataFrame | None
     each draft's tau from seed to seed against its interval from prompt to prompt, and in how many
     seeds its difference from Clover-2 is beyond prompt noise; with `pairs` (`seed_pairs`), each
     comparison's speed ratio per seed."""
-    seeds = max([] + ([] if spread is None or spread.empty else [int(spread.seeds.max())])
-                + ([] if pairs is None or pairs.empty else [pairs.seed.nunique()]), default=1)
+    has_spread, has_pairs = spread is not None and not spread.empty, pairs is not None and not pairs.empty
+    seeds = max(int(spread.seeds.max()) if has_spread else 1, pairs.seed.nunique() if has_pairs else 1)
     if seeds < 2:
         return "- One training seed: the intervals cover the prompts only."
     lines = []
-    if spread is not None and not spread.empty:
+    if has_spread:
         lines.append(f"- **{seeds} training seeds** per draft (initialisation and batch order; the same data and "
                      "prompts). tau, the mean over seeds, with the seeds' standard deviation beside the half-width "
                      "of one seed's interval over prompts:")
@@ -158,7 +158,7 @@ def seed_findings(spread: pd.DataFrame | None = None, pairs: pd.DataFrame | None
                                                        f"beyond prompt noise in {int(r.beyond_noise_in)} of {r.seeds} seeds")
             lines.append(f"  - `{r.variant}`: {r.tau_mean:.3f} (seeds: sd {r.tau_sd:.3f}, {r.tau_min:.3f}-{r.tau_max:.3f}; "
                          f"prompts: ±{r.prompt_half_width:.3f}){versus}.")
-    for comparison, g in ([] if pairs is None or pairs.empty else pairs.groupby("comparison", sort=False)):
+    for comparison, g in (pairs.groupby("comparison", sort=False) if has_pairs else []):
         above, below = int((g.lo > 1).sum()), int((g.hi < 1).sum())
         lines.append(f"- **Speed, {comparison}**, paired by prompt in each seed's run: "
                      + ", ".join(f"{x:.2f}x" for x in g["speed ratio"])
