@@ -17,12 +17,13 @@ def test_every_published_record_is_listed_and_smoke_runs_are_not(tmp_path):
     nb.metadata["clover2"] = {"commit": "9999999", "cpu": "AMD EPYC"}  # re-rendered later, at another commit
     nbformat.write(nb, tmp_path / "cpu" / "notebooks" / "02.ipynb")
     for folder, commit in (("cpu/bench", "def5678"), ("smoke/bench", "0000000")):
-        (tmp_path / folder / "env.json").write_text(json.dumps({"commit": commit, "cpu": "Intel Xeon",
+        (tmp_path / folder / "env.json").write_text(json.dumps({"commit": commit, "cpu": "Intel(R) Xeon(R) Processor",
                                                                  "date": "2026-11-30T13:11:04+00:00"}))
     table = artifacts(tmp_path).set_index("folder")
     assert list(table.index) == ["cpu/notebooks/01.ipynb", "cpu/notebooks/02.ipynb", "cpu/bench"]
     assert table.loc["cpu/notebooks/01.ipynb", "commit"] == "abc1234-dirty"
     assert table.loc["cpu/notebooks/02.ipynb", "commit"] == "9999999"
+    assert table.loc["cpu/bench", "machine"] == "Intel Xeon"  # trademarks dropped: the table fits the column
     assert table.loc["cpu/notebooks/01.ipynb", "date"] == "2026-12-02" and table.loc["cpu/bench", "date"] == "2026-11-30"
     text = page(tmp_path)
     assert "3 records, 3 commits, 1 from a tree with uncommitted changes" in text and "`abc1234-dirty`" in text
