@@ -28,7 +28,7 @@ from clover2.drafts.drafter import ModelDrafter
 from clover2.errors import Clover2Error
 from clover2.files import write_json
 from clover2.training.data import ARRAYS, DistillData, finalize
-from clover2.training.train import TrainConfig, train
+from clover2.training.train import TrainConfig, _forward, train
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -308,7 +308,8 @@ def test_length_groups_batch_similar_lengths_and_keep_every_sequence_once():
     assert not np.array_equal(order, epoch_order(list(range(96)), lengths, cfg, epoch=1))
 
 
-def test_autocast_auto_times_both_once_and_records_the_choice(target, data, tmp_path):
+def test_autocast_auto_times_both_once_and_records_the_choice(target, data, tmp_path, monkeypatch):
+    monkeypatch.setattr("clover2.training.train.native_bf16", lambda: True)  # timed wherever this runs
     cfg = replace(CFG, max_steps=4, eval_every=2, autocast_bf16="auto")
     train(target, data, tmp_path / "d", DraftConfig(num_heads=2), cfg)
     first = json.loads((tmp_path / "d" / "metrics.jsonl").read_text().splitlines()[0])
@@ -318,6 +319,17 @@ def test_autocast_auto_times_both_once_and_records_the_choice(target, data, tmp_
     assert meta["train_state"]["bf16"] == first["autocast_bf16"]
     with pytest.raises(Clover2Error, match="autocast_bf16"):
         replace(cfg, autocast_bf16="yes")
+
+
+def test_autocast_auto_keeps_fp32_untimed_where_bf16_is_emulated(target, data, tmp_path, monkeypatch):
+    monkeypatch.setattr("clover2.training.train.native_bf16", lambda: False)
+    timed = []
+    monkeypatch.setattr("clover2.training.train._forward", lambda *a, **k: timed.append(a[5]) or _forward(*a, **k))
+    train(target, data, tmp_path / "d", DraftConfig(num_heads=2), replace(CFG, max_steps=2, eval_every=2,
+                                                                         autocast_bf16="auto"))
+    first = json.loads((tmp_path / "d" / "metrics.jsonl").read_text().splitlines()[0])
+    assert first["autocast_bf16"] is False and "bf16_step_s" not in first and first["bf16_untimed"]
+    assert timed and not any(timed)  # no step ran under bf16
 
 
 def test_sigterm_stops_after_the_step_and_the_run_resumes_to_the_same_weights(target, data, tmp_path, monkeypatch):

@@ -25,6 +25,7 @@ import torch
 import torch.distributed as dist
 from tqdm.auto import tqdm
 
+from clover2.decoding.kernels import native_bf16
 from clover2.decoding.target import Target
 from clover2.drafts import build_draft
 from clover2.drafts.base import DraftModel
@@ -58,7 +59,8 @@ class TrainConfig:
     eval_batches: int = 0  # held-out batches per evaluation (0: the whole held-out set)
     held_out: float = 0.05  # share of sequences held out
     # bf16 autocast: True, False, or "auto": both timed on the first batch and the faster kept (on
-    # CPUs it pays only where bf16 is native: 1.5x faster on an AMD EPYC, 1.7x slower on a Xeon)
+    # CPUs it pays only where bf16 is native: 1.5x faster on an AMD EPYC Zen 4, 1.7x slower on a Xeon;
+    # a CPU that only emulates it (AMD Zen 3: a training step ~35x slower) keeps fp32 untimed)
     autocast_bf16: bool | str = False
     keep_best: bool = False  # the saved draft is the one with the lowest held-out loss, not the last
     # steps at which the draft of that moment is also saved, with its held-out evaluation, into
@@ -348,7 +350,10 @@ def _bf16_faster(ddp, model: DraftModel, batch: Batch, draft_config: DraftConfig
                  repeats: int = 3) -> tuple[bool, dict]:
     """Whether a training step's forward and backward run faster under bf16 autocast here: each
     timed `repeats` times, alternating, after one warm-up each (the gradients are discarded; with
-    several ranks, rank 0's choice is everyone's)."""
+    several ranks, rank 0's choice is everyone's). A CPU that only emulates bf16 is not timed: there one
+    bf16 step of EAGLE-3 took 170 s against 4.8 s in fp32 (AMD EPYC Zen 3)."""
+    if device.type == "cpu" and not native_bf16():
+        return False, {"bf16_untimed": "this CPU emulates bf16"}
     seconds: dict[bool, list[float]] = {False: [], True: []}
     for k in range(repeats + 1):
         for bf16 in (False, True):
