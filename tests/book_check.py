@@ -5,6 +5,8 @@ page of the table of contents at a laptop's width and the check fails on
 - a table wider than the page's text column (a table the reader must scroll sideways);
 - code or output wider than its box (cut off, or scrolled sideways);
 - a formula left as TeX (MathJax, served from the build, did not typeset it);
+- a Python object's repr shown as output (`PosixPath(...)`, `<... object at 0x...>`): a cell that
+  should have ended quietly;
 - a figure whose smallest text is under 9 pt as the page shows it (its PNG records the size of its
   smallest text, `clover2.research.figures.png`; figures made before that record are counted, not
   checked);
@@ -62,6 +64,7 @@ PROBE = """<script>window.addEventListener('load', () => {
   main.querySelectorAll('.math').forEach(m => {
     if (!m.querySelector('mjx-container')) found.tex.push(m.textContent.slice(0, 60));
   });
+  found.reprs = (main.innerText.match(/\\b(?:Posix|Windows)Path\\([^)]*\\)|<[\\w.]+ object at 0x[0-9a-f]+>/g) || []).slice(0, 3);
   document.body.setAttribute('data-book-check', JSON.stringify(found));
  });
 });</script>"""
@@ -107,6 +110,7 @@ def check_page(name: str, found: dict) -> list[str]:
     problems += [f"{name}: table wider than the {found['column']:.0f}px text column ({w})" for w in found["wide"]]
     problems += [f"{name}: code or output cut off at its box's edge: {c}" for c in found["cut"]]
     problems += [f"{name}: formula not typeset: {t}" for t in found["tex"]]
+    problems += [f"{name}: a Python object's repr as output: {r}" for r in found["reprs"]]
     if name == FRONT and (found["verdict_bottom"] is None or found["verdict_bottom"] > SCREEN_HEIGHT):
         where = "none" if found["verdict_bottom"] is None else f"it ends at {found['verdict_bottom']:.0f}px"
         problems.append(f"{name}: the verdict is not on the first {WIDTH}x{SCREEN_HEIGHT} screen ({where})")

@@ -16,6 +16,7 @@ def test_every_published_record_is_listed_and_smoke_runs_are_not(tmp_path):
     nbformat.write(nb, tmp_path / "cpu" / "notebooks" / "01.ipynb")  # older than its own record: the profile's
     nb.metadata["clover2"] = {"commit": "9999999", "cpu": "AMD EPYC"}  # re-rendered later, at another commit
     nbformat.write(nb, tmp_path / "cpu" / "notebooks" / "02.ipynb")
+    nbformat.write(nb, tmp_path / "cpu" / "notebooks" / ".03.942.tmp.ipynb")  # a run still writing its copy: not listed
     for folder, commit in (("cpu/bench", "def5678"), ("smoke/bench", "0000000")):
         (tmp_path / folder / "env.json").write_text(json.dumps({"commit": commit, "cpu": "Intel(R) Xeon(R) Processor",
                                                                  "date": "2026-11-30T13:11:04+00:00"}))

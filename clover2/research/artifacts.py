@@ -34,7 +34,7 @@ def artifacts(results: str | Path) -> pd.DataFrame:
     rows = []
     for record in sorted(r for r in results.rglob("provenance.json") if _published(r, results)):
         profile = json.loads(record.read_text())  # the last notebook run of the profile, for copies without their own
-        for nb in sorted((record.parent / "notebooks").glob("*.ipynb")):
+        for nb in sorted((record.parent / "notebooks").glob("[!.]*.ipynb")):  # not a run's unfinished .tmp copy
             meta = json.loads(nb.read_text()).get("metadata", {})
             own = meta.get("clover2") or profile
             rows.append({"folder": nb.relative_to(results).as_posix(), "what": "executed notebook",
