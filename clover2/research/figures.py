@@ -63,8 +63,13 @@ def _show_as_the_book_does() -> None:
     except ImportError:
         return
     shell = get_ipython()
-    if shell is not None:
-        shell.display_formatter.formatters["image/png"].for_type(Figure, png)
+    if shell is None:
+        return
+    if "inline" in plt.get_backend():
+        # The inline backend registers its own PNG formatter when it is loaded, which pyplot does
+        # lazily, at the first figure: load it now, so that ours comes after it and stays.
+        import matplotlib_inline.backend_inline  # noqa: F401
+    shell.display_formatter.formatters["image/png"].for_type(Figure, png)
 
 
 _show_as_the_book_does()

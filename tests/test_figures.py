@@ -1,0 +1,26 @@
+"""A figure shown in a notebook (as the book's pages show it) records the size of its smallest text."""
+
+import base64
+import io
+
+import nbformat
+from nbclient import NotebookClient
+from PIL import Image
+
+from clover2.research.figures import FONT_KEY
+
+
+def test_a_notebook_figure_records_its_text_size():
+    # The inline backend loads at the first figure and registers its own PNG formatter then, which
+    # once replaced clover2's: the book's pages had figures without the record its check reads.
+    cell = ("import clover2.research.figures\n"
+            "import matplotlib.pyplot as plt\n"
+            "fig, ax = plt.subplots(figsize=(3, 2))\n"
+            "ax.set_title('t', fontsize=11)\n"
+            "fig")
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(cell)])
+    NotebookClient(nb, timeout=120, kernel_name="python3").execute()
+    shown = [o["data"]["image/png"] for o in nb.cells[0].outputs if "image/png" in o.get("data", {})]
+    assert shown, "the figure was not shown"
+    for data in shown:
+        assert float(Image.open(io.BytesIO(base64.b64decode(data))).info[FONT_KEY]) > 0
