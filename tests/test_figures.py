@@ -24,3 +24,17 @@ def test_a_notebook_figure_records_its_text_size():
     assert shown, "the figure was not shown"
     for data in shown:
         assert float(Image.open(io.BytesIO(base64.b64decode(data))).info[FONT_KEY]) > 0
+
+
+def test_a_figure_wider_than_a_notebook_output_is_narrowed_not_shrunk():
+    import matplotlib.pyplot as plt
+
+    from clover2.research.figures import DPI, OUTPUT_IN, png
+
+    fig, ax = plt.subplots(figsize=(OUTPUT_IN, 2))
+    ax.plot([0, 1], [0, 1], label="a legend outside the axes, long enough to widen the figure")
+    ax.legend(loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=10)
+    image = Image.open(io.BytesIO(png(fig)))
+    assert image.size[0] <= OUTPUT_IN * DPI + 2  # shown at its own size in a notebook output
+    assert float(image.info[FONT_KEY]) == 10.0  # the text kept its points
+    plt.close(fig)

@@ -1,7 +1,9 @@
 """Seaborn figures for the book, each from a results table, labelled with units and hardware.
 
-Every figure is drawn at most as wide as the book's text column (`COLUMN_IN`), so that it is shown
-at its own size or a little smaller, and its text is at least `MIN_PT` points there. Its PNG, in a
+Every figure is drawn at most as wide as the book's text column (`COLUMN_IN`), and its PNG is at
+most as wide as a notebook output there (`OUTPUT_IN`; `png` narrows a figure whose titles or
+legends reach beyond it), so that it is shown at its own size and its text is at least `MIN_PT`
+points there. Its PNG, in a
 notebook's output (the formatter registered below) or saved with `save`, records the size of its
 smallest text and its resolution (`png`), which the book's browser check reads to fail a figure a
 reader could not read at the page's width.
@@ -24,6 +26,7 @@ from clover2.files import atomic_path
 from clover2.research.report import TASK_LABELS
 
 COLUMN_IN = 7.5  # the book's text column at a 1280-px window: ~720 CSS px, 96 per inch
+OUTPUT_IN = 7.1  # a notebook output inside that column (its padding takes ~40 px): the widest PNG shown at full size
 MIN_PT = 9  # the smallest text a figure may have at that width
 DPI = 120
 FONT_KEY = "clover2 smallest text pt"  # the PNG text chunk the browser check reads
@@ -39,10 +42,24 @@ def smallest_text_pt(fig) -> float:
     return float(min(sizes)) if sizes else float("inf")
 
 
+def fit_width(fig: Figure, width: float = OUTPUT_IN) -> None:
+    """Narrow `fig` until what it draws (titles and legends outside the axes included) is at most
+    `width` inches wide with the PNG's margins, so that the page shows it at its own size and its
+    text keeps its points."""
+    margins = 2 * plt.rcParams["savefig.pad_inches"]
+    for _ in range(4):
+        drawn = fig.get_tightbbox(fig.canvas.get_renderer()).width + margins
+        if drawn <= width + 0.01:
+            return
+        w, h = fig.get_size_inches()
+        fig.set_size_inches(max(w - (drawn - width), 0.5 * w), h)
+
+
 def png(fig) -> bytes:
-    """A figure (or seaborn grid) as the book shows it: a PNG at `DPI`, cropped to what is drawn,
-    recording its smallest text size (`FONT_KEY`)."""
+    """A figure (or seaborn grid) as the book shows it: a PNG at `DPI`, cropped to what is drawn and
+    at most `OUTPUT_IN` wide (`fit_width`), recording its smallest text size (`FONT_KEY`)."""
     fig = getattr(fig, "figure", fig)
+    fit_width(fig)
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=DPI, bbox_inches="tight",
                 metadata={FONT_KEY: f"{smallest_text_pt(fig):.2f}", "Software": "clover2"})
