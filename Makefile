@@ -10,7 +10,7 @@ PROFILE ?= cpu
 TARGET  ?= smollm2-135m-instruct
 OUT     := results/$(PROFILE)/foundation
 
-.PHONY: install target test reproduce notebooks book book-check lab foundation curves clean
+.PHONY: install target test reproduce notebooks seeds book book-check lab foundation curves clean
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -39,6 +39,11 @@ reproduce: target notebooks book book-check
 
 notebooks: install
 	$(BIN)/clover2 notebooks --profile $(PROFILE) --results results
+
+# The cpu study with three training seeds and every ablation (configs/cpu-seeds.yaml, results/cpu-seeds):
+# reuses what `make reproduce` trained and adds the rest; then rebuild the book with `make book`.
+seeds: target
+	$(BIN)/clover2 notebooks --profile cpu-seeds --results results
 
 # The book from what is in results/ (no notebook is executed); warnings are errors.
 book: install

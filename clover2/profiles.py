@@ -8,8 +8,9 @@ A profile has the sections `data` (DataConfig), `train` (TrainConfig), `draft` (
 fields applied on top of each architecture's own recipe) and `bench` (BenchConfig, with its `fit`
 subsection) and `study` (StudyConfig: the notebooks' variants), plus `target`, `dtype` and `device`.
 Inside `train` and `draft`, a subsection named after an architecture (`eagle1: {lr: 3.0e-5}`) holds
-that architecture's own settings on top of the shared ones. Unknown keys are errors, so a typo
-never silently falls back to a default.
+that architecture's own settings on top of the shared ones. A profile may start from another
+(`base: cpu`) and change only what differs. Unknown keys are errors, so a typo never silently falls
+back to a default.
 """
 
 from __future__ import annotations
@@ -100,6 +101,30 @@ class Profile:
         return replace(self.train, **self.own.get(arch, {}).get("train", {}))
 
 
+def profile_yaml(path: Path, seen: tuple[Path, ...] = ()) -> dict:
+    """A profile's YAML mapping with its `base` resolved: `base: cpu` takes the shipped cpu profile (or a
+    YAML path beside this one) and overrides it key by key, sections merged recursively, lists replaced."""
+    path = path.resolve()
+    if path in seen:
+        raise Clover2Error(f"{path}: profiles inherit in a cycle: {' -> '.join(p.stem for p in (*seen, path))}")
+    raw = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(raw, dict):
+        raise Clover2Error(f"{path}: expected a mapping of sections")
+    base = raw.pop("base", None)
+    if base is None:
+        return raw
+    parent = Path(str(base)) if Path(str(base)).suffix else CONFIG_DIR / f"{base}.yaml"
+    parent = parent if parent.is_absolute() or parent.is_file() else path.parent / parent
+    if not parent.is_file():
+        raise Clover2Error(f"{path}: unknown base profile {base!r}; known: {', '.join(known_profiles())}")
+    return _merged(profile_yaml(parent, (*seen, path)), raw)
+
+
+def _merged(base: dict, over: dict) -> dict:
+    return base | {k: _merged(base[k], v) if isinstance(v, dict) and isinstance(base.get(k), dict) else v
+                   for k, v in over.items()}
+
+
 def load_profile(name: str | Path | None = None) -> Profile:
     """A profile by name (a shipped one) or YAML path; None: the default profile."""
     name = default_profile() if name is None else name
@@ -108,7 +133,7 @@ def load_profile(name: str | Path | None = None) -> Profile:
         path = CONFIG_DIR / f"{name}.yaml"
     if not path.is_file():
         raise Clover2Error(f"unknown profile {str(name)!r}; known: {', '.join(known_profiles())}, or a YAML path")
-    raw = yaml.safe_load(path.read_text()) or {}
+    raw = profile_yaml(path)
     _check_keys(raw, {"target", "dtype", "device", "chat_template", "data", "train", "draft", "bench", "study"},
                 str(path))
     from clover2.drafts import ARCHITECTURES
@@ -150,7 +175,7 @@ def dry_run_profile(name: str | Path | None) -> Path:
     CPU, so that a GPU profile's whole run is checked anywhere in minutes. Written under the cache."""
     prof = load_profile(name)  # checks the profile itself first
     path = Path(name) if name and Path(name).suffix else CONFIG_DIR / f"{prof.name}.yaml"
-    raw = yaml.safe_load(path.read_text()) or {}
+    raw = profile_yaml(path)
     smoke = yaml.safe_load((CONFIG_DIR / "smoke.yaml").read_text())
     raw |= {"device": "cpu", "dtype": "float32"}
     for section, keys in DRY_RUN_SIZES.items():

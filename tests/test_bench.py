@@ -15,8 +15,11 @@ import pytest
 import torch
 from conftest import tiny_target
 
-from clover2.decoding.decode import DecodeConfig
+from clover2.decoding.decode import DecodeConfig, generate
 from clover2.decoding.sampling import SamplingConfig
+from clover2.decoding.suffix import SuffixCache
+from clover2.decoding.token_recycling import TokenRecycling
+from clover2.decoding.tree import preset
 from clover2.drafts import build_draft
 from clover2.drafts.checkpoint import save_draft
 from clover2.drafts.config import DraftConfig
@@ -81,6 +84,18 @@ def test_paired_comparisons_are_per_prompt_ratios_of_the_same_run(runs):
     assert np.isnan(hf.tau_ratio) and np.isnan(hf.tau_ratio_lo) and hf.speed_ratio > 0
 
 
+def test_every_speedup_is_the_geometric_mean_of_the_per_prompt_ratios(runs):
+    """Summary and paired tables state one statistic: the geometric mean of per-prompt ratios with
+    its percentile bootstrap interval (not a median, which bimodal copy data makes unstable)."""
+    bimodal = runs.assign(speedup=np.where(runs.prompt == "a", 3.0, 1.0))  # per prompt: 3, 1, 1 (median 1)
+    s = summarize(bimodal, n_boot=500).set_index(["method", "temperature", "task"])
+    row = s.loc[("pld", 0.0, "overall")]
+    assert row.speedup == pytest.approx(3 ** (1 / 3)) and 1 <= row.speedup_lo < row.speedup < row.speedup_hi < 3
+    p = paired(runs, n_boot=500).set_index(["method", "versus", "temperature"])
+    ours = summarize(runs, n_boot=500).set_index(["method", "temperature", "task"])
+    assert ours.loc[("pld", 0.0, "overall"), "speedup"] == pytest.approx(p.loc[("pld", "ar", 0.0), "speed_ratio"])
+
+
 def test_other_processes_load_is_measured_and_marks_the_table(runs):
     start = mark()
     busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])  # another process, not waited for
@@ -94,6 +109,44 @@ def test_other_processes_load_is_measured_and_marks_the_table(runs):
     assert runs.other_load.between(0, 1).all()
     loaded = summarize(runs.assign(other_load=0.5))
     assert loaded.contended.all() and not summarize(runs.assign(other_load=0.0)).contended.any()
+
+
+def test_the_first_prompts_timed_run_is_what_it_would_be_without_the_warm_up():
+    """Drafters that remember across prompts (the suffix cache, Token Recycling, the hybrids with
+    the suffix cache) start the first timed prompt as if there had been no untimed warm-up on it,
+    and still remember the timed prompts that came before."""
+    t = tiny_target("llama")
+    cfg = DecodeConfig(max_new_tokens=24)
+    prompts = {"a": [1, 2, 3, 1, 2, 3, 1, 2], "b": [5, 9, 7]}
+    runs = interleaved([make_method(m, t, cfg) for m in ("ar", "suffix", "tr@chain3")], prompts)
+    runs = runs.set_index(["method", "prompt"])
+    suffix, recycling = SuffixCache(), TokenRecycling(96, preset("chain3"))  # fresh, no warm-up
+    for method, memory in (("suffix", suffix), ("tr@chain3", recycling)):
+        for prompt in prompts:  # in the benchmark's order, each remembering the one before
+            assert runs.loc[(method, prompt), "steps"] == len(generate(t, memory.drafter(), prompts[prompt], cfg).steps)
+
+
+def test_hybrids_and_unions_report_the_accepted_tokens_of_each_source():
+    """runs.csv: per run, the accepted draft tokens each source proposed (they add up to all the
+    accepted draft tokens: a bonus token per step, but for a last step the length limit cut);
+    bench.csv: the same per step, each source's part of tau - 1."""
+    t = tiny_target("llama")
+    model = build_draft(DraftConfig.for_arch("clover2", num_heads=2), t).eval()
+    cfg = DecodeConfig(max_new_tokens=16)
+    methods = [make_method(m, t, cfg, draft=model)
+               for m in ("ar", "pld", "suffix+clover2@chain2", "union+clover2@chain2")]
+    runs = interleaved(methods, {"a": [5, 9, 7], "again": [5, 9, 7]}).set_index("prompt")  # the suffix cache knows it
+    for method, sources in (("suffix+clover2@chain2", ["suffix", "model"]),
+                            ("union+clover2@chain2", ["suffix", "pld", "model"])):
+        r = runs[runs.method == method]
+        accepted = r[[f"accepted_{s}" for s in sources]]
+        assert accepted.sum(axis=1).between(r.step_tokens - r.steps, r.step_tokens - r.steps + 1).all()
+        assert r.loc["again", "accepted_suffix"] > 0 and accepted.notna().all().all()
+    assert runs[runs.method.isin(["ar", "pld"])].filter(like="accepted_").isna().all().all()  # one source: no split
+    table = summarize(runs.reset_index()).set_index(["method", "task"])
+    union = table.loc[("union+clover2@chain2", "overall")]
+    parts = union[[f"accepted_{s}_per_step" for s in ("suffix", "pld", "model")]].sum()
+    assert union.tau - 1 <= parts <= union.tau - 1 + 1 / runs[runs.method == "union+clover2@chain2"].steps.sum()
 
 
 def test_unknown_method_duplicate_and_missing_reference():
@@ -194,7 +247,7 @@ def test_spec_bench_file_is_sampled_per_category_and_bad_tasks_are_refused(tmp_p
 def test_configured_bench_with_a_fitted_tree_writes_the_table(tmp_path):
     """The whole `clover2 bench --config` path on a tiny target: tasks from a Spec-Bench file, a draft
     with static, dynamic and fitted trees, greedy and sampled; greedy drafts stay token-identical."""
-    t = tiny_target("llama")
+    t = tiny_target("llama", kernels="auto")  # the default path: env.json records the measured plan
     cfg = DraftConfig.for_arch("clover2", num_heads=3)
     save_draft(tmp_path / "drafts" / "clover2", build_draft(cfg, t), t, cfg, extra={})
     config = BenchConfig(tasks=(str(_spec_bench_file(tmp_path / "question.jsonl")),), n_per_task=1,
@@ -226,6 +279,10 @@ def test_configured_bench_with_a_fitted_tree_writes_the_table(tmp_path):
     weights = env["drafts"]["clover2"]  # the precision chosen by the predicted speed of each one's best tree
     assert set(weights["predicted_speedup_by_weights"]) == {"float", "int8"}
     assert weights["weights"] == max(weights["predicted_speedup_by_weights"], key=weights["predicted_speedup_by_weights"].get)
+    assert set(disk[disk.method.str.contains("clover2")].draft_weights) == {env["draft_weights"], weights["weights"]}
+    union = disk[disk.method == "union+clover2@eagle25"]  # what each source proposed of its accepted tokens
+    assert union[[f"accepted_{s}_per_step" for s in ("suffix", "pld", "model")]].notna().all().all()
+    assert set(env["kernel_check"]) == {"kernels_measured_again", "one_token_dearer_than_two"}
     assert sum(env["calibration_tasks"].values()) == 2 and set(env["calibration"]["clover2"]) == {"model", "suffix", "pld"}
     assert env["kernels"]["mode"] == "auto" and len(env["kernels"]["kernels"]) == len(env["kernels"]["buckets"])
     curve = pd.read_csv(tmp_path / "out" / "cost_curve.csv")
@@ -258,6 +315,36 @@ def test_a_fit_that_finds_no_tree_decodes_plainly(tmp_path, monkeypatch):
     assert table.loc[("suffix+clover2@fitted", "overall"), "tau"] == table.loc[("suffix", "overall"), "tau"]
     assert table.loc[("union+clover2@fitted", "overall"), "tau"] == 1
     assert (table.identical_frac == 1).all()
+
+
+def test_every_draft_of_a_run_decodes_at_one_precision_which_both_tables_carry(tmp_path, monkeypatch):
+    """`draft_weights: auto` picks one precision for all drafts (the one whose drafts' best trees
+    predict more speed together), though each draft alone would pick another: no comparison between
+    methods is one between precisions. runs.csv and bench.csv carry each method's precision."""
+    import clover2.measure.bench as bench
+
+    predicted = {("clover2", "int8"): 1.3, ("clover2", "float"): 1.0, ("eagle1", "int8"): 0.9, ("eagle1", "float"): 1.1}
+
+    def calibrate(target, model, prompts, config, *, engine):  # a calibration is known by its draft and precision
+        return model.arch, "int8" if any("quantized" in type(m).__module__ for m in model.modules()) else "float"
+    monkeypatch.setattr(bench, "calibrate", calibrate)
+    monkeypatch.setattr(bench, "fit", lambda c, curve, config, copy=False:
+                        (None, pd.DataFrame({"predicted_speedup": [predicted[c]]})))
+    monkeypatch.setattr(bench, "source_acceptance", lambda calibration: {})
+    t = tiny_target("llama")
+    for arch in ("clover2", "eagle1"):
+        cfg = DraftConfig.for_arch(arch, num_heads=3) if arch == "clover2" else DraftConfig.for_arch(arch)
+        save_draft(tmp_path / "drafts" / arch, build_draft(cfg, t), t, cfg, extra={})
+    config = BenchConfig(tasks=(str(_spec_bench_file(tmp_path / "question.jsonl")),), n_per_task=1, max_new_tokens=6,
+                         methods=("ar", "clover2@chain2", "eagle1@chain2"), fit=FitConfig(prompts=1))
+    run_bench(t, config, tmp_path / "drafts", tmp_path / "out")
+    env = json.loads((tmp_path / "out" / "env.json").read_text())
+    assert env["draft_weights"] == "int8" and {env["drafts"][a]["weights"] for a in ("clover2", "eagle1")} == {"int8"}
+    assert env["drafts"]["eagle1"]["predicted_speedup_by_weights"] == {"float": 1.1, "int8": 0.9}  # alone: float
+    for table in ("runs.csv", "bench.csv"):
+        weights = pd.read_csv(tmp_path / "out" / table).groupby("method").draft_weights.unique()
+        assert list(weights["clover2@chain2"]) == list(weights["eagle1@chain2"]) == ["int8"]
+        assert pd.isna(weights["ar"]).all()
 
 
 def test_missing_draft_fails_before_anything_runs(tmp_path):

@@ -190,11 +190,38 @@ def test_a_mix_holds_both_sources_and_weights_the_targets_own_answers(tiny, tmp_
     assert len(epoch) == len(idx) + 2 * 3
 
 
+def test_prompts_that_quote_a_passage_in_common_share_a_split():
+    """RAG prompts reuse retrieved claims: the split groups prompts by passage (transitively), so no
+    passage is in two splits; prompts without one split as before, each by the hash of its turns."""
+    from clover2.decoding.prompts import PromptRecord
+    from clover2.files import stable_hash
+    from clover2.measure.tasks import SPLITS, in_split, passages
+
+    def rag(i, *claims):
+        return PromptRecord(id=f"rag-{i}", category="rag", turns=("Answer from the claims.\n\n"
+                            + "\n".join(f"claim: {c}" for c in claims) + f"\nquestion: q{i}?",))
+    records = [rag(3 * k + j, f"fact {k}", f"aside {3 * k + j}") for k in range(40) for j in range(3)]  # 40 triples
+    records += [rag(200, "x", "y"), rag(201, "y", "z"), rag(202, "z", "w")]  # a chain: one group
+    assert passages(records[0]) == {"claim: fact 0", "claim: aside 0"}
+    split_of = {r.id: s for s in SPLITS for r in in_split(records, s)}
+    assert len(split_of) == len(records)
+    for k in range(40):
+        assert len({split_of[f"rag-{3 * k + j}"] for j in range(3)}) == 1
+    assert split_of["rag-200"] == split_of["rag-201"] == split_of["rag-202"]
+    for s in SPLITS:  # no passage in two splits
+        mine = {c for r in in_split(records, s) for c in passages(r)}
+        assert not mine & {c for t in SPLITS if t != s for r in in_split(records, t) for c in passages(r)}
+    plain = [PromptRecord(id=f"q{i}", turns=(f"question {i}",)) for i in range(60)]
+    ranked = sorted(plain, key=lambda r: (stable_hash(r.turns), r.id))
+    assert in_split(plain, "dev") == [r for r in plain if r in ranked[:12]]  # the first fifth by hash
+
+
 @pytest.mark.slow
 def test_task_splits_are_disjoint_and_training_prompts_never_bench_or_dev():
     """Every built-in task's records fall in exactly one split for good; the dev split has at least
-    3 records per task; the training prompts hold no benchmark or dev record, by id or by text."""
-    from clover2.measure.tasks import SPLITS, TASKS, load_task, training_prompts
+    3 records per task; the training prompts hold no benchmark or dev record, by id or by text, nor
+    any retrieved passage that a benchmark or dev prompt quotes."""
+    from clover2.measure.tasks import SPLITS, TASKS, load_task, passages, training_prompts
 
     held = set()
     for name, task in TASKS.items():
@@ -207,6 +234,8 @@ def test_task_splits_are_disjoint_and_training_prompts_never_bench_or_dev():
         held |= {t for s in ("bench", "dev") for r in parts[s] for t in r.turns}
     train = training_prompts()
     assert len(train) > 300 and not held & {t for r in train for t in r.turns}
+    quoted = {c for name in TASKS for s in ("bench", "dev") for r in load_task(name, split=s) for c in passages(r)}
+    assert len(quoted) > 500 and not quoted & {c for r in train for c in passages(r)}  # nor a retrieved passage
     with pytest.raises(Exception, match="unknown split"):
         load_task("qa", split="test")
 

@@ -10,7 +10,6 @@ import torch
 from clover2.cli import main
 from clover2.decoding.decode import DecodeConfig, generate
 from clover2.decoding.prompt_lookup import PromptLookupDrafter
-from clover2.decoding.target import load_target
 
 pytestmark = pytest.mark.slow
 
@@ -20,23 +19,18 @@ COPY_PROMPT = ("Write a short news summary of this text, keeping its key facts a
                "floor with a view of the river. More than four thousand people visited on the first day.")
 
 
-@pytest.fixture(scope="module")
-def smol():
-    return load_target("smollm2-135m-instruct", dtype="float32")
+def test_built_in_target_loads_with_its_chat_template(smollm2):
+    assert smollm2.config.model_type == "llama" and smollm2.config.vocab_size == 49152
+    ids = smollm2.encode_chat([{"role": "user", "content": "Hi"}])
+    assert smollm2.tokenizer.decode(ids).endswith("<|im_start|>assistant\n")
+    assert 2 in smollm2.eos_token_ids  # <|im_end|>
 
 
-def test_built_in_target_loads_with_its_chat_template(smol):
-    assert smol.config.model_type == "llama" and smol.config.vocab_size == 49152
-    ids = smol.encode_chat([{"role": "user", "content": "Hi"}])
-    assert smol.tokenizer.decode(ids).endswith("<|im_start|>assistant\n")
-    assert 2 in smol.eos_token_ids  # <|im_end|>
-
-
-def test_prompt_lookup_is_exact_and_accepts_several_tokens_per_step(smol):
-    ids = smol.encode_chat([{"role": "user", "content": COPY_PROMPT}])
-    gen = generate(smol, PromptLookupDrafter(), ids, DecodeConfig(max_new_tokens=48))
+def test_prompt_lookup_is_exact_and_accepts_several_tokens_per_step(smollm2):
+    ids = smollm2.encode_chat([{"role": "user", "content": COPY_PROMPT}])
+    gen = generate(smollm2, PromptLookupDrafter(), ids, DecodeConfig(max_new_tokens=48))
     with torch.inference_mode():
-        ref = smol.model.generate(torch.tensor([ids]), do_sample=False, max_new_tokens=48)[0, len(ids):].tolist()
+        ref = smollm2.model.generate(torch.tensor([ids]), do_sample=False, max_new_tokens=48)[0, len(ids):].tolist()
     assert gen.output_ids == ref
     assert gen.tau > 1.5
 
@@ -45,7 +39,7 @@ def test_cli_generate_multi_turn_json(tmp_path, capsys):
     f = tmp_path / "p.jsonl"
     f.write_text(json.dumps({"id": "mt", "turns": ["Name a colour.", "Now name another one."]}) + "\n")
     assert main(["generate", "--prompts", str(f), "--max-new-tokens", "12", "--json", "--method", "pld",
-                 "--dtype", "float32"]) == 0
+                 "--dtype", "float32", "--kernels", "stock"]) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert out["id"] == "mt" and len(out["turns"]) == 2
     assert out["turns"][1]["prompt_tokens"] > out["turns"][0]["prompt_tokens"] + len(out["turns"][0]["output_ids"])

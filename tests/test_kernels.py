@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pandas as pd
 import pytest
 import torch
 from conftest import FAMILIES, hf_greedy, tiny_target
@@ -65,27 +66,85 @@ def test_the_choice_follows_the_timings_and_the_dispatch_follows_the_choice():
 
 def test_a_measured_choice_is_cached_and_a_corrupt_or_stale_one_is_measured_again(monkeypatch):
     monkeypatch.setattr(K, "other_share", lambda start: 0.0)  # an idle machine, whatever runs beside the tests
-    first = tiny_target("qwen2")
+    first = tiny_target("qwen2", kernels="auto")
     assert first.kernel_plan.source == "measured"
     (path,) = (K.cache_root() / "kernels").glob("*.json")
-    again = tiny_target("qwen2")
+    again = tiny_target("qwen2", kernels="auto")
     assert again.kernel_plan.source == "cached" and again.kernel_plan.kernels == first.kernel_plan.kernels
     stored = json.loads(path.read_text())
     for broken in ("{not json", json.dumps(stored | {"key": stored["key"] | {"torch": "0.1"}}),
                    json.dumps(stored | {"plan": {"kernels": ["fast"] * 7, "buckets": list(K.BUCKETS)}})):
         path.write_text(broken)
         with pytest.warns(UserWarning, match="unusable"):
-            assert tiny_target("qwen2").kernel_plan.source == "measured"
+            assert tiny_target("qwen2", kernels="auto").kernel_plan.source == "measured"
         assert json.loads(path.read_text())["key"] == stored["key"]  # rewritten whole
-    other_shape = tiny_target("qwen2", vocab=128)  # another model shape: its own measurement
+    other_shape = tiny_target("qwen2", vocab=128, kernels="auto")  # another model shape: its own measurement
     assert other_shape.kernel_plan.source == "measured" and len(list(path.parent.glob("*.json"))) == 2
 
 
 def test_a_choice_measured_under_load_serves_its_run_but_is_not_cached(monkeypatch):
     monkeypatch.setattr(K, "other_share", lambda start: 0.5)
     with pytest.warns(UserWarning, match="not cached"):
-        target = tiny_target("llama")
+        target = tiny_target("llama", kernels="auto")
     assert target.kernel_plan.source == "measured" and not (K.cache_root() / "kernels").exists()
+
+
+def test_kernels_too_close_to_tell_apart_are_timed_again_before_the_choice(monkeypatch):
+    """At one row stock and packed first measure within CLOSE of each other: that bucket alone gets
+    more rounds, which find packed faster; the other buckets are decided at once."""
+    monkeypatch.setattr(K, "other_share", lambda start: 0.0)  # an idle machine: one measurement
+    calls = []
+
+    def timer(kernel, rows):
+        calls.append((kernel, rows))
+        if rows > 1:
+            return 1.0 if kernel == "stock" else 3.0
+        later = calls.count(("packed", 1)) > 6  # packed's first 6 rounds (the warm-up and 5) look like stock's
+        return {"stock": 1.0, "packed": 0.5 if later else 1.01}.get(kernel, 3.0)
+    plan = with_kernels(tiny_target("llama", kernels="stock"), "auto", timer=timer).kernel_plan
+    assert plan.kernels[:2] == ("packed", "stock")
+    assert calls.count(("stock", 1)) == 11 and calls.count(("stock", 2)) == 6  # 5 more rounds at one row only
+
+
+def test_a_measurement_under_load_is_taken_again(monkeypatch):
+    loads = iter([0.5, 0.0])
+    monkeypatch.setattr(K, "other_share", lambda start: next(loads))
+    attempt = []
+
+    def timer(kernel, rows):  # the first (loaded) measurement finds mkl fastest, the second packed
+        attempt.append(None)
+        fastest = "mkl" if len(attempt) <= len(CPU_KERNELS) * len(K.BUCKETS) * 6 else "packed"
+        return 1.0 if kernel == fastest else 2.0
+    plan = with_kernels(tiny_target("llama", kernels="stock"), "auto", timer=timer).kernel_plan
+    assert plan.kernels == ("packed",) * len(K.BUCKETS) and next(loads, "spent") == "spent"
+
+
+def _curve(one_ms: float, two_ms: float) -> pd.DataFrame:
+    return pd.DataFrame({"n_tokens": [1, 2, 4], "median_ms": [one_ms, two_ms, 12.0],
+                         "relative": [1.0, two_ms / one_ms, 12.0 / one_ms]})
+
+
+@pytest.mark.parametrize("curves, again, failed", [
+    ([_curve(10.0, 8.0), _curve(5.0, 8.0)], 1, []),  # contradicted once: measured again, then consistent
+    ([_curve(10.0, 8.0)] * 3, 2, ["eager"])])  # contradicted every time: measured again twice, then reported
+def test_the_benchmark_measures_again_a_kernel_choice_its_cost_curve_contradicts(monkeypatch, curves, again, failed):
+    """A 1-token forward dearer than a 2-token one in the benchmark's cost curve means the kernel
+    choice failed: the kernels are measured again (not taken from the cache) and the curve with them."""
+    import clover2.measure.bench as bench
+
+    monkeypatch.setattr(K, "other_share", lambda start: 0.0)
+    target = tiny_target("qwen2", kernels="auto")
+    assert tiny_target("qwen2", kernels="auto").kernel_plan.source == "cached"
+    given = iter(curves)
+    monkeypatch.setattr(bench, "cost_curve", lambda target, **kw: next(given))
+    with pytest.warns(UserWarning, match="measuring the kernels again"):
+        out, check = bench.checked_cost_curves(target, ["eager"])
+    assert check == {"kernels_measured_again": again, "one_token_dearer_than_two": failed}
+    assert out["eager"] is curves[-1] and target.kernel_plan.source == "measured"
+    stock = tiny_target("qwen2", kernels="stock")  # nothing chosen, nothing to measure again
+    monkeypatch.setattr(bench, "cost_curve", lambda target, **kw: _curve(10.0, 8.0))
+    with pytest.warns(UserWarning, match="still costs more"):
+        assert bench.checked_cost_curves(stock, ["eager"])[1]["kernels_measured_again"] == 0
 
 
 def test_prepared_layers_still_backpropagate():
@@ -107,5 +166,5 @@ def test_kernel_choice_is_checked():
     assert K.available(torch.float32, "cuda") == ("stock",)
     with pytest.raises(Clover2Error, match="one of"):
         K.KernelPlan(("stock",))
-    target = tiny_target("llama", dtype=torch.float16)  # nothing to choose from: stock, not measured
+    target = tiny_target("llama", dtype=torch.float16, kernels="auto")  # nothing to choose from: stock, not measured
     assert target.kernel_plan.kernels == ("stock",) * len(K.BUCKETS)

@@ -77,7 +77,7 @@ def _tiny_llama_with_smollm2_tokenizer(folder):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["paper-vicuna7b", "paper-llama3-8b"])
-def test_paper_profile_dry_run_on_a_tiny_model_of_its_family(name, tmp_path, monkeypatch):
+def test_paper_profile_dry_run_on_a_tiny_model_of_its_family(name, tmp_path, fresh_cache):
     """The profile's own settings (dtype, loss, bf16 autocast, vocabulary, trees, tasks, methods),
     with only the sizes shrunk and the device set to CPU: data, every draft, ablation tau, bench."""
     profile = load_profile(name)
@@ -90,8 +90,7 @@ def test_paper_profile_dry_run_on_a_tiny_model_of_its_family(name, tmp_path, mon
         bench=replace(profile.bench, n_per_task=1, max_new_tokens=4,
                       fit=replace(profile.bench.fit, prompts=1, max_new_tokens=4, max_depth=3)),
         study=replace(profile.study, ablation_n_per_task=1, ablation_max_new_tokens=4))
-    target = load_target(str(folder), dtype=profile.dtype, device="cpu")
-    monkeypatch.setenv("CLOVER2_CACHE", str(tmp_path / "cache"))  # data, drafts and bench runs cached here
+    target = load_target(str(folder), dtype=profile.dtype, device="cpu", kernels="stock")
     study = Study(profile=tiny, target=target, results=tmp_path / "results")
     turns = [("Say hello.", "Hello!", "And again?", "Hello again!"), ("Name a colour.", "Blue.", "Another one?", "Red."),
              ("Count to three.", "One, two, three.", "Go on.", "Four, five."), ("What is 2 + 2?", "4.", "And 3 + 3?", "6.")]
@@ -120,3 +119,24 @@ def test_the_gpu_profile_and_its_dry_run():
     assert dry.bench.methods == gpu.bench.methods and dry.study.ablations == gpu.study.ablations
     assert (dry.data, dry.bench.n_per_task, dry.bench.tasks) == (smoke.data, smoke.bench.n_per_task, smoke.bench.tasks)
     assert dry.train.max_steps == smoke.train.max_steps and dry.study.engine == "graphs"
+
+
+def test_a_profile_starts_from_its_base_and_changes_only_what_differs(tmp_path):
+    child = tmp_path / "child.yaml"
+    child.write_text("base: cpu\ntrain: {max_steps: 7}\nstudy: {seeds: [0, 3]}\n")
+    cpu, mine = load_profile("cpu"), load_profile(child)
+    assert (mine.train.max_steps, mine.study.seeds) == (7, (0, 3))
+    assert replace(mine.train, max_steps=cpu.train.max_steps) == cpu.train  # everything else inherited
+    assert (mine.data, mine.bench, mine.own, mine.study.ablations) == (cpu.data, cpu.bench, cpu.own, cpu.study.ablations)
+    seeds = load_profile("cpu-seeds")
+    assert seeds.study.seeds == (0, 1, 2) and set(cpu.study.ablations) < set(seeds.study.ablations)
+    assert (seeds.data, seeds.train, seeds.bench) == (cpu.data, cpu.train, cpu.bench)  # cpu's drafts are reused
+
+
+@pytest.mark.parametrize("text, match", [("base: nowhere\n", "unknown base profile"),
+                                         ("base: loop.yaml\n", "cycle"),
+                                         ("base: cpu\ntrain: {max_step: 7}\n", "unknown keys")])
+def test_a_bad_base_is_refused(tmp_path, text, match):
+    (tmp_path / "loop.yaml").write_text(text)
+    with pytest.raises(Clover2Error, match=match):
+        load_profile(tmp_path / "loop.yaml")

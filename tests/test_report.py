@@ -25,8 +25,8 @@ ENV = {"target": "t", "dtype": "float32", "cpu": "cpu", "gpu": None, "torch_thre
 
 def test_overall_table_is_compact_and_labels_temperature():
     table = report.overall_table(_bench())
-    assert list(table.columns) == ["tau", "tokens/s", "speedup [95% CI]", "draft share", "identical"]
-    assert "ar/1" in table.index and table.loc["pld", "speedup [95% CI]"] == "1.20 [1.10, 1.30]"
+    assert list(table.columns) == ["tau", "tokens/s", report.SPEEDUP, "draft share", "identical"]
+    assert "ar/1" in table.index and table.loc["pld", report.SPEEDUP] == "1.20 [1.10, 1.30]"
     assert table.loc["ar/1", "identical"] == ""  # sampled outputs are not compared
     hf = _bench().iloc[[0]].assign(method="hf", tau=np.nan, draft_share=np.nan)  # generate counts no steps
     row = report.overall_table(hf).loc["hf"]
@@ -41,6 +41,47 @@ def test_speedup_findings_follow_the_numbers():
     none = report.speedup_findings(_bench(fitted_speedup=1.0), ENV | {
         "other_load": 0.5, "fitted_trees": {"clover2": {"budget": 0, "depth": 0, "predicted_speedup": 0.9}}})
     assert "drafts nothing" in none and "contention" in none
+
+
+def test_speed_is_named_by_one_statistic_on_every_page_table_and_figure():
+    """The summary's speedups and the paired speed ratios are the same statistic, and say so by one name."""
+    from clover2.research.figures import speedup_dots
+
+    assert report.SPEEDUP == "speedup, geometric mean of per-prompt ratios [95% bootstrap CI]"
+    paired = pd.DataFrame([{"method": "clover2@eagle25", "versus": "eagle1@eagle25", "temperature": 0.0, "n_prompts": 8,
+                            "speed_ratio": 1.06, "speed_ratio_lo": 1.0, "speed_ratio_hi": 1.12, "faster_on": 6,
+                            "tau_ratio": 1.02, "tau_ratio_lo": 0.99, "tau_ratio_hi": 1.05}])
+    text = report.speedup_findings(_bench(), ENV, paired=paired)
+    assert f"Speed: {report.SPEEDUP}." in text and f"moments apart, {report.SPEED_STATISTIC}" in text
+    assert report.SPEEDUP in report.overall_table(_bench()).columns
+    assert speedup_dots(_bench()).get_supxlabel() == report.SPEEDUP
+
+
+def test_a_fitted_union_that_copies_without_the_draft_is_said_to_copy():
+    """The fitted union drafted by copying alone (the draft's budget 0, a copy budget): the sentence
+    says what it drafted, with its tau, never that it drafts nothing."""
+    table = _bench()
+    table = pd.concat([table, table[table.method == "clover2@fitted"].assign(method="union+clover2@fitted", tau=1.44)])
+    env = ENV | {"fitted_trees": {"union+clover2": {"budget": 0, "depth": 0, "suffix_budget": 8,
+                                                    "predicted_speedup": 1.3}}}
+    text = report.speedup_findings(table, env)
+    assert "drafts nothing" not in text
+    assert "Fitted tree (union+clover2)**: no draft nodes, and suffix 8 copied; predicted 1.30x" in text
+    assert "tau 1.44" in text
+
+
+def test_each_sources_share_of_a_hybrids_accepted_tokens_is_stated():
+    table = _bench().assign(accepted_pld_per_step=np.nan, accepted_model_per_step=np.nan)
+    table.loc[table.method == "clover2@fitted", ["accepted_pld_per_step", "accepted_model_per_step"]] = [0.3, 0.1]
+    text = report.speedup_findings(table, ENV)
+    assert "**Accepted draft tokens by source**" in text
+    assert "`clover2@fitted`: pld 0.30 (75%), model 0.10 (25%)" in text
+
+
+def test_the_machine_is_named_by_its_cpus_short_name():
+    env = ENV | {"cpu": "AMD EPYC Processor", "cpu_name": "AMD EPYC Zen 4 (AVX-512 BF16)"}
+    assert "on AMD EPYC Zen 4 (AVX-512 BF16) (2 threads)" in report.speedup_findings(_bench(), env)
+    assert report.machine_name(ENV) == "cpu" and report.machine_name(env | {"gpu": "H200"}) == "H200"
 
 
 def test_speedup_findings_per_engine_and_against_the_bandwidth_floor():

@@ -80,7 +80,7 @@ def tiny_folder(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def target(tiny_folder):
-    return load_target(str(tiny_folder), dtype="float32")
+    return load_target(str(tiny_folder), dtype="float32", kernels="stock")
 
 
 @pytest.fixture(scope="module")

@@ -143,6 +143,25 @@ def test_union_merges_shared_prefixes_and_keeps_each_sources_best_nodes():
     assert Union({"model": _Fixed(NO_DRAFT), "copy": _Fixed(NO_DRAFT)}).propose([1]).tree.size == 1
 
 
+def test_a_union_records_which_source_proposed_each_accepted_token():
+    """Per step, the source of each accepted draft token, read along the committed tokens: a node two
+    sources proposed counts for the first of them; the bonus token is the target's, no source's."""
+    copy = Draft(Tree(parents=(-1, 0, 1)), torch.tensor([5, 6]))  # 5 -> 6
+    model = Draft(Tree(parents=(-1, 0, 1, 2)), torch.tensor([5, 7, 8]))  # 5 -> 7 -> 8
+    union = Union({"copy": _Fixed(copy), "model": _Fixed(model)})
+    union.begin([1], None)
+    union.observe([2], None)  # the prefill's token: no step, nothing proposed
+    union.propose([1, 2])
+    union.observe([5, 7, 9], None)  # 5 (both proposed it: the copy's), 7 (the model's), then the bonus 9
+    union.propose([1, 2, 5, 7, 9])
+    union.observe([4], None)  # nothing accepted
+    assert union.accepted == [("copy", "model"), ()]
+    hybrid = Union({"copy": _Fixed(NO_DRAFT), "model": _Fixed(model)}, one_source=True)
+    hybrid.propose([1])
+    hybrid.observe([5, 7, 8], None)  # cut at a stop: every token accepted, no bonus
+    assert hybrid.accepted == [("model", "model", "model")]
+
+
 @pytest.mark.parametrize("bad", [dict(min_ngram=0), dict(min_ngram=4, max_ngram=3), dict(max_nodes=0)])
 def test_prompt_lookup_config_rejects_nonsense(bad):
     with pytest.raises(Clover2Error):

@@ -15,11 +15,15 @@ No rule picks well everywhere: on a 2-core Intel Xeon stock MKL was fastest at o
 63 ms for a SmolLM2-135M step) and oneDNN from 4 rows; on a 2-core AMD EPYC oneDNN was fastest at
 every row count (49 vs 67 ms at one row, 55 vs 106 ms at two). So `kernels="auto"` times every
 candidate on the loaded model itself, per row bucket (1, 2, 4 ... 64; a call of r rows uses the
-plan of the largest bucket <= r), interleaved round by round, and keeps the fastest
-(`KernelPlan`). The plan is cached under `$CLOVER2_CACHE/kernels/`, keyed by the machine, the
-torch version, the model's shapes (all a timing depends on) and the dtype; a missing, stale or
-corrupt entry is measured again, never trusted, and a measurement taken while other processes
-loaded the machine is used for that run only, never cached. `stock`, `packed` or `mkl` force one kernel.
+plan of the largest bucket <= r), interleaved round by round, and keeps the one of lowest median
+(`KernelPlan`). Noise is met three ways: a bucket whose two fastest kernels are within `CLOSE` of
+each other is timed for more rounds before it is decided; a measurement taken while other processes
+loaded the machine is taken again (up to `ATTEMPTS` in all); and a choice still taken under load
+serves its run only, never cached. The plan is cached under `$CLOVER2_CACHE/kernels/`, keyed by the
+machine, the torch version, the model's shapes (all a timing depends on) and the dtype; a missing,
+stale or corrupt entry is measured again, never trusted, and so is one a caller found contradicted
+(`fresh`: the benchmark's cost curve, where a 1-token forward costs more than a 2-token one).
+`stock`, `packed` or `mkl` force one kernel.
 
 `install(model, plan)` gives every `nn.Linear` the prepared weights its plan needs and a forward
 that dispatches on the row count. No modeling file is touched and the original parameters stay
@@ -50,6 +54,9 @@ CANDIDATES = ("stock", "packed", "mkl")
 MODES = ("auto", *CANDIDATES)  # auto: chosen by measurement; the others force one kernel everywhere
 BUCKETS = (1, 2, 4, 8, 16, 32, 64)  # row counts measured; more rows than the last use its choice
 PLAN_FORMAT = "clover2-kernels/1"
+CLOSE = 0.05  # a bucket whose two fastest medians are within 5% is timed again (up to PASSES passes of rounds)
+PASSES = 3
+ATTEMPTS = 3  # measurements taken while other processes load the machine are taken again, up to this many in all
 
 
 @dataclass(frozen=True)
@@ -176,23 +183,36 @@ def _forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
 def measure(run: Callable[[int], None], dispatch: Dispatch, candidates: Sequence[str], *, repeats: int = 5,
             buckets: Sequence[int] = BUCKETS, timer: Callable[[str, int], float] | None = None) -> list[dict]:
     """Median seconds of `run(rows)` under each candidate, every bucket and candidate interleaved
-    round by round (the order rotated per round), after one warm-up round. `timer(kernel, rows)`
-    replaces the real timing (tests)."""
+    round by round (the order rotated per round), after one warm-up round; the buckets whose two
+    fastest candidates are within `CLOSE` get `repeats` more rounds, up to `PASSES` passes in all.
+    `timer(kernel, rows)` replaces the real timing (tests)."""
     times: dict[tuple[str, int], list[float]] = {(k, n): [] for k in candidates for n in buckets}
-    for r in range(repeats + 1):
-        order = list(candidates[r % len(candidates):]) + list(candidates[: r % len(candidates)])
-        for n in buckets:
-            for k in order:
-                dispatch.use(KernelPlan.uniform(k))
-                if timer is not None:
-                    seconds = timer(k, n)
-                else:
-                    start = time.perf_counter()
-                    run(n)
-                    seconds = time.perf_counter() - start
-                if r:
-                    times[k, n].append(seconds)
-    return [{"kernel": k, "rows": n, "median_ms": 1e3 * statistics.median(t)} for (k, n), t in times.items()]
+    pending, r = list(buckets), 0
+    for _ in range(PASSES):
+        for _ in range(repeats + (r == 0)):
+            order = list(candidates[r % len(candidates):]) + list(candidates[: r % len(candidates)])
+            for n in pending:
+                for k in order:
+                    dispatch.use(KernelPlan.uniform(k))
+                    if timer is not None:
+                        seconds = timer(k, n)
+                    else:
+                        start = time.perf_counter()
+                        run(n)
+                        seconds = time.perf_counter() - start
+                    if r:
+                        times[k, n].append(seconds)
+            r += 1
+        pending = [n for n in buckets if _close(sorted(statistics.median(times[k, n]) for k in candidates))]
+        if not pending:
+            break
+    return [{"kernel": k, "rows": n, "median_ms": 1e3 * statistics.median(t), "rounds": len(t)}
+            for (k, n), t in times.items()]
+
+
+def _close(medians: list[float]) -> bool:
+    """Whether the two fastest of a bucket's medians (sorted) are too close to tell apart yet."""
+    return len(medians) > 1 and medians[1] <= medians[0] * (1 + CLOSE)
 
 
 def choose(timings: list[dict], buckets: Sequence[int] = BUCKETS, source: str = "measured") -> KernelPlan:
@@ -205,11 +225,12 @@ def choose(timings: list[dict], buckets: Sequence[int] = BUCKETS, source: str = 
 
 
 def tuned(model: torch.nn.Module, mode: str, run: Callable[[int], None], key: dict, *,
-          timer: Callable[[str, int], float] | None = None) -> KernelPlan:
+          timer: Callable[[str, int], float] | None = None, fresh: bool = False) -> KernelPlan:
     """Install kernels on `model` by `mode`: a forced kernel everywhere, or (`auto`) the plan measured
     with the workload `run(rows)`, cached under the machine, the torch version and `key` (the
-    model's shapes and dtype). Returns the plan in use; `model.kernel_timings` keeps what it was
-    chosen from. `timer` replaces the timing (tests): nothing is then read from or written to the cache."""
+    model's shapes and dtype; `fresh`: measured again whatever the cache holds). Returns the plan in
+    use; `model.kernel_timings` keeps what it was chosen from. `timer` replaces the timing (tests):
+    nothing is then read from or written to the cache."""
     dtype, device = next(model.parameters()).dtype, next(model.parameters()).device
     mode = check_mode(mode, dtype, device)
     candidates = available(dtype, device)
@@ -221,14 +242,19 @@ def tuned(model: torch.nn.Module, mode: str, run: Callable[[int], None], key: di
     full_key = json.loads(json.dumps(key | {"machine": machine_key(), "torch": torch.__version__, "dtype": str(dtype),
                                             "candidates": list(candidates), "buckets": list(BUCKETS)}))
     path = cache_root() / "kernels" / f"{stable_hash(full_key)}.json"
-    stored = _cached(path, full_key) if timer is None else None
+    stored = _cached(path, full_key) if timer is None and not fresh else None
     if stored is not None:
         model.kernel_timings = stored["timings"]
         return install(model, KernelPlan(tuple(stored["plan"]["kernels"]), BUCKETS, "cached")).plan
-    dispatch, start = install(model, KernelPlan.uniform("stock"), candidates), mark()
-    with torch.inference_mode():
-        model.kernel_timings = measure(run, dispatch, candidates, timer=timer)
-    plan, load = choose(model.kernel_timings), other_share(start)
+    dispatch = install(model, KernelPlan.uniform("stock"), candidates)
+    for _ in range(ATTEMPTS):
+        start = mark()
+        with torch.inference_mode():
+            model.kernel_timings = measure(run, dispatch, candidates, timer=timer)
+        load = other_share(start)
+        if not load > CONTENDED_SHARE:  # an idle machine (or an unknown load: NaN)
+            break
+    plan = choose(model.kernel_timings)
     if timer is None and load > CONTENDED_SHARE:
         warnings.warn(f"other processes used {load:.0%} of the machine while the kernels were timed: the choice "
                       f"({plan.describe()}) serves this run but is not cached; it is measured again next time", stacklevel=3)
@@ -258,24 +284,24 @@ def _cached(path, key: dict) -> dict | None:
 
 def machine_key() -> dict:
     """What a kernel's speed depends on besides the model: processor, its flags, threads."""
-    info = _cpuinfo()
-    model = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")),
-                 platform.processor())
-    return {"cpu": model, "flags": stable_hash(sorted(_cpu_flags())), "cpus": len(os.sched_getaffinity(0)),
-            "threads": torch.get_num_threads(), "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None}
+    return {"cpu": cpuinfo().get("model name") or platform.processor(), "flags": stable_hash(sorted(_cpu_flags())),
+            "cpus": len(os.sched_getaffinity(0)), "threads": torch.get_num_threads(),
+            "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None}
 
 
-def _cpuinfo() -> str:
+def cpuinfo() -> dict[str, str]:
+    """The first processor's fields in /proc/cpuinfo (`model name`, `vendor_id`, `cpu family`,
+    `model`, `stepping`, `flags`...); empty where there is none."""
     try:
         with open("/proc/cpuinfo") as f:
-            return f.read()
+            first = f.read().split("\n\n", 1)[0]
     except OSError:
-        return ""
+        return {}
+    return {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in first.splitlines()) if k.strip()}
 
 
 def _cpu_flags() -> set[str]:
-    line = next((line for line in _cpuinfo().splitlines() if line.startswith("flags")), "")
-    return set(line.partition(":")[2].split())
+    return set(cpuinfo().get("flags", "").split())
 
 
 def linear_pass(model: torch.nn.Module) -> Callable[[int], None]:

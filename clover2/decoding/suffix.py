@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import count
 
-from clover2.decoding.drafter import Drafter
+from clover2.decoding.drafter import Drafter, Memory
 from clover2.decoding.tree import NO_DRAFT, Draft, TreeBuilder
 from clover2.errors import Clover2Error
 
@@ -36,7 +36,7 @@ class SuffixConfig:
             raise Clover2Error(f"max_nodes and max_depth must be >= 1 and 0 < min_prob <= 1: {self}")
 
 
-class SuffixCache:
+class SuffixCache(Memory):
     """n-gram -> next-token counts over everything seen, shared by the drafters it makes."""
 
     def __init__(self, config: SuffixConfig = SuffixConfig()):
@@ -67,7 +67,7 @@ class SuffixCache:
 
 class SuffixDrafter(Drafter):
     def __init__(self, cache: SuffixCache):
-        self.cache, self.ids = cache, []
+        self.cache, self.ids, self.memories = cache, [], (cache,)
 
     def begin(self, prompt_ids, hidden) -> None:
         self.ids = list(prompt_ids)

@@ -277,14 +277,16 @@ def load_target(name: str = DEFAULT_TARGET, *, dtype: str | torch.dtype | None =
     return with_kernels(Target(model=model, tokenizer=tokenizer, name=name), kernels)
 
 
-def with_kernels(target: Target, mode: str, *, timer: Callable[[str, int], float] | None = None) -> Target:
+def with_kernels(target: Target, mode: str, *, timer: Callable[[str, int], float] | None = None,
+                 fresh: bool = False) -> Target:
     """`target` with its linear layers on `mode`'s kernels: `auto` measures (or takes this machine's
-    cached measurement of) one verification forward per row bucket under every kernel and keeps the
-    fastest per bucket (clover2.decoding.kernels); `timer` replaces the timing (tests)."""
+    cached measurement of; with `fresh`, measures again) one verification forward per row bucket
+    under every kernel and keeps the fastest per bucket (clover2.decoding.kernels); `timer` replaces
+    the timing (tests)."""
     cfg = target.config.get_text_config()
     key = {"target": type(target.model).__name__, "linears": linear_shapes(target.model),
            "attention": [cfg.num_attention_heads, getattr(cfg, "num_key_value_heads", None), getattr(cfg, "head_dim", None)]}
-    tuned(target.model, mode, _verify_workload(target), key, timer=timer)
+    tuned(target.model, mode, _verify_workload(target), key, timer=timer, fresh=fresh)
     return replace(target, kernels=mode)
 
 

@@ -16,12 +16,12 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from clover2.decoding.drafter import Drafter
+from clover2.decoding.drafter import Drafter, Memory
 from clover2.decoding.tree import Draft, Tree, TreeBuilder
 from clover2.errors import Clover2Error
 
 
-class TokenRecycling:
+class TokenRecycling(Memory):
     """The adjacency matrix shared by every generation, and the static tree drafts are read with."""
 
     def __init__(self, vocab_size: int, tree: Tree):
@@ -40,7 +40,7 @@ class TokenRecyclingDrafter(Drafter):
     reads_logits = True
 
     def __init__(self, state: TokenRecycling):
-        self.state = state
+        self.state, self.memories = state, (state,)
 
     def propose(self, ids: Sequence[int]) -> Draft:
         tree, matrix = self.state.tree, self.state.matrix

@@ -17,6 +17,11 @@ source per step, which keeps the target's distribution exactly.
 
 `calibrating`: every node's rank in each source's order of preference is kept beside each draft
 (`ranks`, one list per step), which is what fitting the budgets to the machine needs (`clover2.measure.fit`).
+
+Per step, `accepted` records which source proposed each accepted draft token (read off the draft
+along the committed tokens): what each source contributes to tau. A node that several sources
+proposed counts for the first of them in `sources`' order (the copy sources come before the draft
+in `clover2.measure.methods`, so the draft is credited only with tokens that copying missed).
 """
 
 from __future__ import annotations
@@ -55,8 +60,11 @@ class Union(Drafter):
                                "forward returns one kind, so combine drafts that read the same")
         self.hidden_layers = next(iter(reads), ())
         self.reads_logits = any(d.reads_logits for d in self.sources.values())
+        self.memories = tuple(dict.fromkeys(m for d in self.sources.values() for m in d.memories))
         self.seconds: dict[str, list[float]] = {name: [] for name in self.sources}  # per source, per step
         self.ranks: list[list[dict[str, int]]] = []  # calibrating: per step, per node, its rank in each source
+        self.accepted: list[tuple[str, ...]] = []  # per step, the source of each accepted draft token
+        self.draft, self.origin = None, []  # the draft being verified (None: the prefill), each node's source
 
     def begin(self, prompt_ids, hidden):
         for d in self.sources.values():
@@ -69,13 +77,14 @@ class Union(Drafter):
             drafts[name] = d.propose(ids)
             self.seconds[name].append(time.perf_counter() - start)
             if self.one_source and drafts[name].tree.size > 1:
-                return drafts[name]
-        if self.one_source:
-            return NO_DRAFT
-        return self._merge(drafts)
+                self.draft, self.origin = drafts[name], [name] * (drafts[name].tree.size - 1)
+                return self.draft
+        self.draft, self.origin = (NO_DRAFT, []) if self.one_source else self._merge(drafts)
+        return self.draft
 
-    def _merge(self, drafts: dict[str, Draft]) -> Draft:
-        trie, node_of, ranks = TreeBuilder(), {}, [{}]  # node_of: (parent, token) -> node
+    def _merge(self, drafts: dict[str, Draft]) -> tuple[Draft, list[str]]:
+        """The merged trie, and the first source that proposed each of its nodes."""
+        trie, node_of, ranks, first = TreeBuilder(), {}, [{}], [""]  # node_of: (parent, token) -> node
         for name, draft in drafts.items():
             order = preference(draft)
             kept = sorted(order[: self.budgets.get(name, len(order))])  # parents first
@@ -86,12 +95,13 @@ class Union(Drafter):
                 if key not in node_of:
                     node_of[key] = trie.add(*key)
                     ranks.append({})
+                    first.append(name)
                 placed[i] = node_of[key]
                 ranks[placed[i]][name] = rank[i]
         order = trie.order()
         if self.calibrating:
             self.ranks.append([ranks[i] for i in order])
-        return trie.build(order)
+        return trie.build(order), [first[i] for i in order]
 
     def verified(self, root, draft, logits):
         for d in self.sources.values():
@@ -100,3 +110,12 @@ class Union(Drafter):
     def observe(self, new_ids: Sequence[int], hidden: torch.Tensor | None):
         for d in self.sources.values():
             d.observe(new_ids, hidden if d.needs_hidden else None)
+        if self.draft is not None:  # a step's (not the prefill's): follow the committed tokens down its draft
+            children, tokens, node, sources = self.draft.tree.children, self.draft.tokens.tolist(), 0, []
+            for token in new_ids:
+                node = next((c for c in children[node] if tokens[c - 1] == token), None)
+                if node is None:
+                    break  # the bonus token: the target's own
+                sources.append(self.origin[node - 1])
+            self.accepted.append(tuple(sources))
+        self.draft = None

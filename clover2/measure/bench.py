@@ -2,7 +2,8 @@
 
 The machine is shared and noisy, so a method is only ever compared with plain decoding measured
 in the same run, on the same prompt, moments apart: speedups are per-prompt ratios, summarized
-by their median with a bootstrap interval. Every result carries the environment it came from.
+everywhere (against plain decoding, method against method) by their geometric mean with a 95%
+percentile bootstrap interval over prompts. Every result carries the environment it came from.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import resource
 import time
 import warnings
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -26,10 +27,12 @@ from tqdm.auto import tqdm
 
 from clover2.decoding.decode import DecodeConfig, clock, generate
 from clover2.decoding.drafter import Drafter
+from clover2.decoding.kernels import available
 from clover2.decoding.prompts import first_turn_ids
 from clover2.decoding.sampling import SamplingConfig
-from clover2.decoding.target import Target
+from clover2.decoding.target import Target, with_kernels
 from clover2.decoding.tree import Tree
+from clover2.decoding.union import Union
 from clover2.drafts.base import DraftModel
 from clover2.drafts.checkpoint import DRAFT_WEIGHTS, SIDECAR
 from clover2.drafts.drafter import DynamicTree
@@ -50,6 +53,7 @@ class Run:
     accept_lengths: list[int] | None  # None for methods that do not report steps (HF generate)
     draft_s: float = 0.0
     decode_s: float = float("nan")  # the steps' time: `seconds` less the prefill (unknown for HF generate)
+    accepted: dict[str, int] | None = None  # hybrids and unions: accepted draft tokens per source (Union.accepted)
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,10 @@ class Method:
 
     spec: MethodSpec
     run: Callable[[list[int]], Run]
+    # an untimed run that leaves the drafters' memories (clover2.decoding.drafter.Memory) as they were
+    # before it; None: `run` (a method that remembers nothing across prompts)
+    warm_up: Callable[[list[int]], Run] | None = None
+    draft_weights: str = ""  # the draft's precision (float or int8); "" for methods without a draft
 
     @property
     def label(self) -> str:
@@ -72,7 +80,7 @@ def make_method(spec: MethodSpec | str, target: Target, config: DecodeConfig, *,
                 tree: Tree | DynamicTree | None = None, make: Callable[[], Drafter] | None = None) -> Method:
     """clover2's loop with a drafter (`ar`, `pld`, a draft architecture; `make` gives it where the
     caller chose it, as for fitted trees), or Hugging Face `generate` (`hf`, `hf-pld`), at the
-    temperature of `config`."""
+    temperature of `config`. Its warm-up puts back what the drafters remember across prompts."""
     spec = MethodSpec.parse(spec) if isinstance(spec, str) else spec
     spec = replace(spec, temperature=config.sampling.temperature)
     config = replace(config, engine=spec.engine)
@@ -80,11 +88,17 @@ def make_method(spec: MethodSpec | str, target: Target, config: DecodeConfig, *,
     if spec.name not in HF_METHODS:
         make = make or drafter_factory(spec, target, draft=draft, tree=tree, sampling=sp)
 
-        def run(prompt: list[int]) -> Run:
-            g = generate(target, make(), prompt, config)
+        def run(prompt: list[int], remember: bool = True) -> Run:
+            drafter = make()
+            saved = [] if remember else [(m, m.snapshot()) for m in drafter.memories]
+            g = generate(target, drafter, prompt, config)
+            for memory, state in saved:
+                memory.restore(state)
+            accepted = ({name: 0 for name in drafter.sources} | Counter(s for step in drafter.accepted for s in step)
+                        if isinstance(drafter, Union) else None)
             return Run(g.output_ids, g.seconds, g.accept_lengths, sum(s.draft_s for s in g.steps),
-                       sum(s.draft_s + s.verify_s for s in g.steps))
-        return Method(spec, run)
+                       sum(s.draft_s + s.verify_s for s in g.steps), accepted)
+        return Method(spec, run, warm_up=lambda prompt: run(prompt, remember=False))
     gen_config = target.model.generation_config.to_dict() | {
         "do_sample": not sp.greedy, "max_new_tokens": config.max_new_tokens, "num_beams": 1,
         "eos_token_id": list(target.eos_token_ids) or None, "temperature": sp.temperature or None,
@@ -108,9 +122,12 @@ def interleaved(methods: list[Method], prompts: dict[str, list[int]], *, repeats
 
     Each method is compared with eager plain decoding (`ar`) at its own temperature (engines too:
     `ar!graphs` reports what graphs alone buy), run on the same prompt moments apart. A warm-up run
-    of each method on the first prompt is excluded (it also captures the graphs of `!graphs`).
-    `identical` says whether a greedy method's output equals plain greedy decoding's;
-    `other_load` is the share of the machine's CPUs other processes used during that prompt.
+    of each method on the first prompt is excluded (it also captures the graphs of `!graphs`), and
+    leaves nothing in what drafters remember across prompts (`Method.warm_up`), so that the first
+    prompt's timed run does not find its own answer there. `identical` says whether a greedy
+    method's output equals plain greedy decoding's; `other_load` is the share of the machine's CPUs
+    other processes used during that prompt; `draft_weights` is the draft's precision; hybrids and
+    unions add `accepted_<source>`, the accepted draft tokens each source proposed.
     """
     labels = [(m.label, m.temperature) for m in methods]
     if len(set(labels)) != len(labels):
@@ -120,7 +137,7 @@ def interleaved(methods: list[Method], prompts: dict[str, list[int]], *, repeats
             raise Clover2Error(f"methods at temperature {t} need the reference 'ar' at that temperature")
     first = next(iter(prompts.values()))
     for m in methods:
-        m.run(first)
+        (m.warm_up or m.run)(first)
     rows = []
     jobs = [(r, pid) for r in range(repeats) for pid in prompts]
     for k, (r, pid) in enumerate(tqdm(jobs, desc="prompts", unit="prompt")):
@@ -136,7 +153,8 @@ def interleaved(methods: list[Method], prompts: dict[str, list[int]], *, repeats
             run, peak = runs[m.label, m.temperature]
             ref = runs["ar", m.temperature][0]
             n = len(run.output_ids)
-            rows.append({"method": m.label, "tree": m.spec.tree, "temperature": m.temperature, "prompt": pid,
+            rows.append({"method": m.label, "tree": m.spec.tree, "temperature": m.temperature,
+                         "draft_weights": m.draft_weights, "prompt": pid,
                          "task": (categories or {}).get(pid, ""), "repeat": r, "new_tokens": n,
                          "seconds": run.seconds, "decode_s": run.decode_s, "tokens_per_s": n / run.seconds,
                          "speedup": (n / run.seconds) / (len(ref.output_ids) / ref.seconds),
@@ -146,7 +164,8 @@ def interleaved(methods: list[Method], prompts: dict[str, list[int]], *, repeats
                          "steps": len(run.accept_lengths) if run.accept_lengths is not None else float("nan"),
                          "step_tokens": _step_tokens(run),
                          "draft_share": run.draft_s / run.seconds, "peak_mem_mb": peak, "other_load": load,
-                         "identical": float(run.output_ids == ref.output_ids) if m.temperature == 0 else float("nan")})
+                         "identical": float(run.output_ids == ref.output_ids) if m.temperature == 0 else float("nan"),
+                         **{f"accepted_{source}": k for source, k in (run.accepted or {}).items()}})
     return pd.DataFrame(rows)
 
 
@@ -155,29 +174,43 @@ def _step_tokens(run: Run) -> float:
     return sum(run.accept_lengths) if run.accept_lengths is not None else float("nan")
 
 
+def geometric_mean(ratios: np.ndarray, picks: np.ndarray) -> tuple[float, float, float]:
+    """The geometric mean of per-prompt ratios with its 95% percentile bootstrap interval: the
+    statistic of every speedup and speed ratio here. `picks` `(n_boot, n)`: resampled prompt indices."""
+    logs = np.log(ratios)
+    boot = np.exp(logs[picks].mean(1))
+    return float(np.exp(logs.mean())), float(np.quantile(boot, 0.025)), float(np.quantile(boot, 0.975))
+
+
 def summarize(df: pd.DataFrame, *, seed: int = 0, n_boot: int = 2000) -> pd.DataFrame:
     """The tidy table: one row per method x task x temperature, plus task `overall` per method.
 
     tau counts the bonus token (tokens per decoding step, the prefill's first token and forward
-    left out; the paper's convention is tau - 1, given beside it); speedup is the median per-prompt
-    ratio to plain decoding at the same temperature, with a 95% bootstrap interval
-    (`decode_speedup`: the median without the prefill); `contended` marks rows measured while other
-    processes used more than `CONTENDED_SHARE` of the machine (on average over its prompts)."""
+    left out; the paper's convention is tau - 1, given beside it); speedup is the geometric mean of
+    the per-prompt ratios to plain decoding at the same temperature, with its 95% bootstrap interval
+    (`geometric_mean`; `decode_speedup`: the same without the prefill); `accepted_<source>_per_step`
+    (hybrids and unions) is what each source adds to tau (together tau - 1, plus the bonus token of
+    a last step cut short by the length limit); `draft_weights` is the draft's precision;
+    `contended` marks rows measured while other processes used more than `CONTENDED_SHARE` of the
+    machine (on average over its prompts)."""
     rng = np.random.default_rng(seed)
     keys = ["method", "tree", "temperature"]
     groups = [(*k, "overall", g) for k, g in df.groupby(keys, sort=False)]
     if df.task.nunique() > 1:
         groups += [k + (g,) for k, g in df.groupby(keys + ["task"], sort=False)]
+    sources = [c for c in df.columns if c.startswith("accepted_")]
     rows = []
     for method, tree, temperature, task, g in groups:
-        s = g.speedup.to_numpy()
-        boot = np.median(rng.choice(s, size=(n_boot, len(s))), axis=1)
+        picks = rng.integers(0, len(g), size=(n_boot, len(g)))
+        speedup, lo, hi = geometric_mean(g.speedup.to_numpy(), picks)
         tau = g.step_tokens.sum() / g.steps.sum() if g.steps.notna().all() else float("nan")
         rows.append({"method": method, "tree": tree, "task": task, "temperature": temperature,
+                     "draft_weights": g.draft_weights.iloc[0],
                      "n_prompts": g.prompt.nunique(), "n_runs": len(g), "tau": tau, "tau_minus_1": tau - 1,
-                     "tokens_per_s": g.tokens_per_s.median(), "speedup": float(np.median(s)),
-                     "speedup_lo": float(np.quantile(boot, 0.025)), "speedup_hi": float(np.quantile(boot, 0.975)),
-                     "decode_speedup": float(g.decode_speedup.median()),
+                     "tokens_per_s": g.tokens_per_s.median(), "speedup": speedup, "speedup_lo": lo, "speedup_hi": hi,
+                     "decode_speedup": float(np.exp(np.log(g.decode_speedup).mean())),
+                     **{f"{c}_per_step": g[c].sum() / g.steps.sum() if g[c].notna().all() else float("nan")
+                        for c in sources},
                      "draft_share": g.draft_share.median(), "identical_frac": g.identical.mean(),
                      "peak_mem_mb": g.peak_mem_mb.max(), "other_load": g.other_load.mean(),
                      "contended": bool(g.other_load.mean() > CONTENDED_SHARE)})
@@ -186,10 +219,11 @@ def summarize(df: pd.DataFrame, *, seed: int = 0, n_boot: int = 2000) -> pd.Data
 
 def paired(df: pd.DataFrame, *, seed: int = 0, n_boot: int = 2000) -> pd.DataFrame:
     """Every pair of methods at one temperature, compared prompt by prompt: the geometric mean of
-    the per-prompt speed ratios (a over b) with a 95% bootstrap interval over prompts, how many
-    prompts a was faster on, and the tau ratio (sums of tokens over steps) with its interval over
-    the same resampled prompts. Pairs measured moments apart on the same prompt cancel the prompt's
-    own difficulty, which unpaired intervals keep."""
+    the per-prompt speed ratios (a over b) with its 95% bootstrap interval over prompts (as
+    `summarize`'s speedups), how many prompts a was faster on, and the tau ratio (sums of tokens
+    over steps) with its interval over the same resampled prompts. Pairs measured moments apart on
+    the same prompt cancel the prompt's own difficulty, which unpaired intervals keep. A run's
+    drafts share one precision (`run_bench`), so every pair compares like with like."""
     rng = np.random.default_rng(seed)
     rows = []
     for temperature, g in df.groupby("temperature", sort=False):
@@ -199,11 +233,10 @@ def paired(df: pd.DataFrame, *, seed: int = 0, n_boot: int = 2000) -> pd.DataFra
         steps = g.pivot_table(index=index, columns="method", values="steps", sort=False).reindex(speed.index)
         picks = rng.integers(0, len(speed), size=(n_boot, len(speed)))
         for a, b in itertools.permutations(speed.columns, 2):
-            log_ratio = np.log(speed[a] / speed[b]).to_numpy()
-            boot = np.exp(log_ratio[picks].mean(1))
-            row = {"method": a, "versus": b, "temperature": temperature, "n_prompts": len(log_ratio),
-                   "speed_ratio": float(np.exp(log_ratio.mean())), "speed_ratio_lo": float(np.quantile(boot, 0.025)),
-                   "speed_ratio_hi": float(np.quantile(boot, 0.975)), "faster_on": int((log_ratio > 0).sum()),
+            ratio = (speed[a] / speed[b]).to_numpy()
+            mean, lo, hi = geometric_mean(ratio, picks)
+            row = {"method": a, "versus": b, "temperature": temperature, "n_prompts": len(ratio),
+                   "speed_ratio": mean, "speed_ratio_lo": lo, "speed_ratio_hi": hi, "faster_on": int((ratio > 1).sum()),
                    "tau_ratio": np.nan, "tau_ratio_lo": np.nan, "tau_ratio_hi": np.nan}
             if a in tokens and b in tokens and tokens[[a, b]].notna().all().all():  # HF generate counts no steps
                 ta, sa, tb, sb = (x.to_numpy(float) for x in (tokens[a], steps[a], tokens[b], steps[b]))
@@ -233,9 +266,10 @@ class BenchConfig:
     seed: int = 0  # task samples and sampling
     threads: int = 0  # torch CPU threads for the run (0: every CPU this process may use)
     # The drafts' linear weights while decoding: float or int8 (clover2.drafts.checkpoint.load_draft),
-    # or auto: on a CPU, the one whose fitted tree predicts more tokens per second here (int8 halves
-    # the draft's step but changes its top-1 on some steps), float elsewhere. The target verifies
-    # every token either way.
+    # or auto: on a CPU, the one whose fitted trees predict more tokens per second here over all the
+    # run's drafts (int8 halves the draft's step but changes its top-1 on some steps), float
+    # elsewhere. Every draft of a run decodes at the same precision, so that methods compare like
+    # with like. The target verifies every token either way.
     draft_weights: str = "auto"
     fit: FitConfig = FitConfig()  # calibration of `fitted` trees and of the drafts' precision
 
@@ -264,10 +298,41 @@ def draft_precisions(weights: str, target: Target) -> tuple[str, ...]:
     return (weights,)
 
 
+KERNEL_RETRIES = 2  # a kernel choice the cost curve contradicts is measured again at most this often
+
+
+def checked_cost_curves(target: Target, engines: Sequence[str]) -> tuple[dict[str, pd.DataFrame], dict]:
+    """The verification cost curve of every engine, checked against the target's kernel choice: where
+    a 1-token forward costs more than a 2-token one, the choice (`kernels="auto"`: timed under noise,
+    or cached from another day) failed here, so the kernels are measured again, whatever the cache
+    holds, and the curves with them, at most `KERNEL_RETRIES` times. Returns the curves and what the
+    check found (env.json's `kernel_check`)."""
+    retune = target.kernels == "auto" and len(available(target.dtype, target.device)) > 1
+    for attempt in itertools.count():
+        curves = {e: cost_curve(target, prefix=min(200, target.context_length - 65), engine=e) for e in engines}
+        failed = [e for e, c in curves.items() if _one_token_dearer(c)]
+        if not failed or not retune or attempt == KERNEL_RETRIES:
+            break
+        warnings.warn(f"a 1-token forward cost more than a 2-token one ({', '.join(failed)}): the kernel choice "
+                      f"({target.kernel_plan.describe()}) failed here; measuring the kernels again", stacklevel=2)
+        with_kernels(target, "auto", fresh=True)
+    if failed:
+        warnings.warn(f"a 1-token forward still costs more than a 2-token one ({', '.join(failed)}), kernels "
+                      f"{target.kernel_plan.describe()}: the machine is noisy, or no kernel serves one row well",
+                      stacklevel=2)
+    return curves, {"kernels_measured_again": attempt, "one_token_dearer_than_two": failed}
+
+
+def _one_token_dearer(curve: pd.DataFrame) -> bool:
+    ms = dict(zip(curve.n_tokens, curve.median_ms))
+    return 1 in ms and 2 in ms and ms[1] > ms[2]
+
+
 def run_bench(target: Target, config: BenchConfig, drafts: Mapping[str, Path] | Path | None, out: Path) -> pd.DataFrame:
     """Measure every method on every task side by side; write runs.csv, bench.csv, paired.csv, env.json,
     cost_curve.csv (and, for fitted trees, fit_<arch>.csv or fit_union+<arch>.csv) into `out`. Draft methods without a path
-    take `drafts[name]` (a mapping) or `drafts/<name>` (a folder). Returns the bench table."""
+    take `drafts[name]` (a mapping) or `drafts/<name>` (a folder), all at one precision (`draft_weights`
+    in env.json and in both tables). Returns the bench table."""
     torch.set_num_threads(config.threads or len(os.sched_getaffinity(0)))
     start = mark()
     folder = (lambda name: drafts.get(name)) if isinstance(drafts, Mapping) else \
@@ -288,10 +353,10 @@ def run_bench(target: Target, config: BenchConfig, drafts: Mapping[str, Path] | 
     env = environment(target) | {"bench": asdict(config), "drafts": {  # by content, not by (machine) path
         s.arch: {"folder": s.draft.name, "weights_sha256": json.loads((s.draft / SIDECAR).read_text())["weights_sha256"]}
         for s in specs if s.is_draft}, "calibration_tasks": dict(Counter(r.category for r in calib_records))}
-    # The verification cost curve of every engine in the run (what fitted trees are fitted to) and
-    # the step time that memory bandwidth allows.
+    # The verification cost curve of every engine in the run (what fitted trees are fitted to; it
+    # checks the kernel choice) and the step time that memory bandwidth allows.
     engines = list(dict.fromkeys(s.engine for s in specs if s.name not in HF_METHODS)) or ["eager"]
-    curves = {e: cost_curve(target, prefix=min(200, target.context_length - 65), engine=e) for e in engines}
+    curves, env["kernel_check"] = checked_cost_curves(target, engines)
     write_csv(out / "cost_curve.csv", pd.concat([c.assign(engine=e) for e, c in curves.items()], ignore_index=True))
     kernels = [pd.DataFrame(target.kernel_record()["timings"]).assign(model="target")] + [
         pd.DataFrame(getattr(m, "kernel_timings", [])).assign(model=f"{spec_of[p].arch} ({w})") for (p, w), m in models.items()]
@@ -300,28 +365,33 @@ def run_bench(target: Target, config: BenchConfig, drafts: Mapping[str, Path] | 
                             for (p, w), m in models.items() if hasattr(m, "kernel_dispatch")}
     env["bandwidth"] = bandwidth_floor(target)
     env["engines"] = {e: {"cuda_graphs": e == "graphs" and target.device.type == "cuda"} for e in engines}
-    # One calibration per draft, engine and precision: it fits the trees and chooses the precision
-    # (the one whose best tree predicts more tokens per second here)
-    calibrations, precision = {}, {}
+    # One calibration per draft, engine and precision: it fits the trees and chooses the precision,
+    # one for every draft (the one whose drafts' best trees predict more tokens per second here, in
+    # geometric mean), so that no comparison between methods is one between precisions
+    calibrations, needed, predicted = {}, {}, {}
+    for path in paths:
+        needed[path] = [s.engine for s in specs if s.draft == path and s.tree == "fitted"] or \
+            (["eager"] if len(precisions) > 1 else [])
+        for engine, w in itertools.product(dict.fromkeys(needed[path]), precisions):
+            calibrations[path, engine, w] = calibrate(target, models[path, w], calib, config.fit, engine=engine)
+        if len(precisions) > 1:
+            engine = needed[path][0]
+            predicted[path] = {w: float(fit(calibrations[path, engine, w], curves[engine], config.fit)[1]
+                                        .predicted_speedup.max()) for w in precisions}
+    precision = max(precisions, key=lambda w: sum(np.log(p[w]) for p in predicted.values()))  # ties: the first
     for path in paths:
         arch = spec_of[path].arch
-        needed = [s.engine for s in specs if s.draft == path and s.tree == "fitted"] or (["eager"] if len(precisions) > 1 else [])
-        for engine, w in itertools.product(dict.fromkeys(needed), precisions):
-            calibrations[path, engine, w] = calibrate(target, models[path, w], calib, config.fit, engine=engine)
-        precision[path] = precisions[0]
-        if len(precisions) > 1:
-            predicted = {w: float(fit(calibrations[path, needed[0], w], curves[needed[0]], config.fit)[1].predicted_speedup.max())
-                         for w in precisions}
-            precision[path] = max(predicted, key=predicted.get)
-            env["drafts"][arch] |= {"weights": precision[path], "predicted_speedup_by_weights": predicted}
-        env["drafts"][arch].setdefault("weights", precision[path])
-        if needed:
-            env.setdefault("calibration", {})[arch] = source_acceptance(calibrations[path, needed[0], precision[path]])
+        env["drafts"][arch] |= {"weights": precision} | (
+            {"predicted_speedup_by_weights": predicted[path]} if path in predicted else {})
+        if needed[path]:
+            env.setdefault("calibration", {})[arch] = source_acceptance(calibrations[path, needed[path][0], precision])
+    if paths:
+        env["draft_weights"] = precision
     fitted = {}  # (method name, draft folder, engine) -> what the fit chose (None: plain decoding)
     for s in specs:
         if s.tree != "fitted" or (key := _fit_key(s)) in fitted:
             continue
-        fitted[key], table = fit(calibrations[s.draft, s.engine, precision[s.draft]], curves[s.engine], config.fit,
+        fitted[key], table = fit(calibrations[s.draft, s.engine, precision], curves[s.engine], config.fit,
                                  copy=s.name in UNIONS)
         name = key[0] if s.engine == "eager" else f"{key[0]}!{s.engine}"
         write_csv(out / f"fit_{name}.csv", table)
@@ -332,11 +402,12 @@ def run_bench(target: Target, config: BenchConfig, drafts: Mapping[str, Path] | 
         sampling = SamplingConfig(temperature=s.temperature, top_p=config.top_p if s.temperature else 1.0,
                                   top_k=config.top_k if s.temperature else 0, seed=config.seed)
         decode = DecodeConfig(max_new_tokens=config.max_new_tokens, sampling=sampling)
-        model = models.get((s.draft, precision.get(s.draft)))
+        model = models.get((s.draft, precision))
         make = None
         if s.tree == "fitted":
             make = fitted_factory(s, model, fitted[_fit_key(s)], sampling)
-        methods.append(make_method(s, target, decode, draft=model, make=make))
+        methods.append(replace(make_method(s, target, decode, draft=model, make=make),
+                               draft_weights=precision if s.is_draft else ""))
     runs = interleaved(methods, {r.id: first_turn_ids(target, r) for r in records}, repeats=config.repeats,
                        categories={r.id: r.category for r in records})
     table = summarize(runs, seed=config.seed)

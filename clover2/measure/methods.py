@@ -148,10 +148,10 @@ def fitted_factory(spec: MethodSpec, model: DraftModel, fitted: Fitted | None,
                    sampling: SamplingConfig = SamplingConfig()) -> Callable[[], Drafter]:
     """The drafters of a `@fitted` method: the draft's fitted tree (and, for a union, the copy
     sources' fitted budgets); where nothing was predicted to pay, plain decoding (the copy source
-    alone for a hybrid such as `pld+ARCH`)."""
+    alone for a hybrid such as `pld+ARCH`, still a one-source `Union`, which counts what it proposed)."""
     if fitted is None and spec.name in HYBRIDS:
-        suffix = SuffixCache()  # as `suffix`, it remembers earlier generations
-        return lambda: copy_drafters(suffix)[HYBRIDS[spec.name]]
+        suffix, copy = SuffixCache(), HYBRIDS[spec.name]  # as `suffix`, it remembers earlier generations
+        return lambda: Union({copy: copy_drafters(suffix)[copy]}, one_source=True)
     if fitted is None:
         return NoDrafter
     return _combined(spec, model, fitted.tree, dict(fitted.copy), sampling)

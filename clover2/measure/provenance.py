@@ -12,6 +12,7 @@ import functools
 import hashlib
 import os
 import platform
+import re
 import subprocess
 from pathlib import Path
 
@@ -19,6 +20,7 @@ import torch
 import transformers
 
 from clover2 import __version__
+from clover2.decoding.kernels import cpuinfo
 from clover2.decoding.target import Target
 from clover2.paths import repo_root
 
@@ -47,14 +49,46 @@ def commit() -> str:
     return git("rev-parse", "--short", "HEAD") + ("-dirty" if dirty else "")
 
 
+# The CPU flags a run's speed depends on (vector width, native bf16 and fp16, matrix tiles), recorded where present
+CPU_FLAGS = ("avx2", "fma", "avx_vnni", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16",
+             "amx_int8")
+
+
 def machine() -> dict:
-    """What decides the speed of a run: processor, threads, accelerator."""
-    try:
-        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
-    except (OSError, StopIteration):
-        cpu = platform.processor()
-    return {"cpu": cpu, "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+    """What decides the speed of a run: the processor (its model name, vendor, family, model and
+    stepping, the `CPU_FLAGS` it has, and `cpu_name`, a short name derived from them), threads,
+    accelerator."""
+    info = cpuinfo()
+    flags = set(info.get("flags", "").split())
+    cpu = {"cpu": info.get("model name") or platform.processor(), "cpu_vendor": info.get("vendor_id", ""),
+           **{f"cpu_{k}": int(info[field]) if info.get(field, "").isdigit() else None
+              for k, field in (("family", "cpu family"), ("model", "model"), ("stepping", "stepping"))},
+           "cpu_flags": [f for f in CPU_FLAGS if f in flags]}
+    return {**cpu, "cpu_name": cpu_name(cpu), "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
             "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None}
+
+
+def cpu_name(cpu: dict) -> str:
+    """A short name that tells machines apart where the model name does not ("AMD EPYC Processor"
+    is a Zen 3 or a Zen 4): the brand, AMD's microarchitecture from family and model, and the
+    widest vector and matrix units, e.g. "Intel Xeon (AVX-512, AMX-BF16)", "AMD EPYC Zen 3 (AVX2)",
+    "AMD EPYC Zen 4 (AVX-512 BF16)". `cpu`: `machine()`'s cpu_* fields."""
+    model_name, family, model = cpu.get("cpu", ""), cpu.get("cpu_family"), cpu.get("cpu_model")
+    brand = next((b for b in ("Xeon", "Core", "EPYC", "Ryzen") if b.lower() in model_name.lower()), "")
+    maker = {"GenuineIntel": "Intel", "AuthenticAMD": "AMD"}.get(cpu.get("cpu_vendor", ""), "")
+    if not maker:  # another architecture: its model name, trademarks dropped
+        return re.sub(r"\((R|TM)\)| Processor", "", model_name).strip() or "unknown CPU"
+    arch = ""
+    if maker == "AMD" and family == 25 and model is not None:
+        arch = "Zen 3" if model <= 0x0F or 0x20 <= model <= 0x5F else "Zen 4" if model <= 0xAF else ""
+    elif maker == "AMD" and family == 26:
+        arch = "Zen 5"
+    elif maker == "AMD" and family == 23 and model is not None:
+        arch = "Zen 2" if model >= 0x30 else "Zen"
+    flags = set(cpu.get("cpu_flags", ()))
+    units = ("AVX-512, AMX-BF16" if "amx_bf16" in flags else "AVX-512 BF16" if "avx512_bf16" in flags
+             else "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "")
+    return " ".join(x for x in (maker, brand, arch) if x) + (f" ({units})" if units else "")
 
 
 def environment(target: Target) -> dict:

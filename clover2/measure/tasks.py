@@ -3,11 +3,12 @@
 Each task is a small loader returning `PromptRecord`s (chat conversations) with the task's name as
 their category; `load_task(name, n, seed)` takes a seeded sample of n of them.
 
-Every built-in task's records are split for good by a hash of their ids (`in_split`): `bench`
+Every built-in task's records are split for good by a hash of their turns (`in_split`): `bench`
 (about three in five: what the benchmark and the tree fit sample), `dev` (one in five: the held-out
 prompts that drafts are measured on while they train) and `train` (one in five: prompts the target
 answers for the training data, beside `training_prompts`' other sources of each task's kind). No
-record is ever in two splits, whatever the benchmark's sample size or seed.
+record is ever in two splits, whatever the benchmark's sample size or seed, and neither is a
+retrieved passage: RAG prompts that quote one in common share a split.
 """
 
 from __future__ import annotations
@@ -119,16 +120,45 @@ TASKS: dict[str, Callable[[], list[PromptRecord]]] = {
 SPEC_BENCH_TASKS = ("mt_bench", "translation", "summarization", "qa", "gsm8k", "rag")  # Spec-Bench's six
 
 
+def passages(record: PromptRecord) -> set[str]:
+    """The retrieved passages a record quotes (RAG's claims, a `claim:` line each); none in other tasks."""
+    return {line.strip() for turn in record.turns for line in turn.splitlines() if line.startswith("claim:")}
+
+
 def in_split(records: Sequence[PromptRecord], split: str) -> list[PromptRecord]:
-    """A built-in task's records of one split, in their order. Ranked by a hash of their turns (so
-    that records asking the same thing share a split), the first fifth (at least 3) are `dev` and
-    the next fifth `train` (none in a task of under 50, whose training prompts come from
-    elsewhere); the rest are `bench`."""
-    rank = {r.id: k for k, r in enumerate(sorted(records, key=lambda r: (stable_hash(r.turns), r.id)))}
+    """A built-in task's records of one split, in their order. Records that ask the same thing or
+    quote a passage in common are one group, never divided (so no passage is in two splits); ranked
+    by a hash of their turns (a group by its first member's), the first fifth of the records (at
+    least 3) are `dev` and the next fifth `train` (none in a task of under 50, whose training
+    prompts come from elsewhere), a group falling wholly where it starts; the rest are `bench`."""
     n_dev, n_train = max(3, len(records) // 5), len(records) // 5 if len(records) >= 50 else 0
     def split_at(k: int) -> str:
         return "dev" if k < n_dev else "train" if k < n_dev + n_train else "bench"
-    return [r for r in records if split_at(rank[r.id]) == split]
+    chosen, k = set(), 0
+    for group in sorted(_groups(records), key=lambda g: min((stable_hash(r.turns), r.id) for r in g)):
+        if split_at(k) == split:
+            chosen |= {r.id for r in group}
+        k += len(group)
+    return [r for r in records if r.id in chosen]
+
+
+def _groups(records: Sequence[PromptRecord]) -> list[list[PromptRecord]]:
+    """The records joined, transitively, by identical turns or a passage in common (union-find)."""
+    parent = list(range(len(records)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+    first: dict = {}  # turns or passage -> the first record that has it
+    for i, r in enumerate(records):
+        for key in (r.turns, *passages(r)):
+            parent[root(i)] = root(first.setdefault(key, i))
+    groups: dict[int, list[PromptRecord]] = {}
+    for i, r in enumerate(records):
+        groups.setdefault(root(i), []).append(r)
+    return list(groups.values())
 
 
 def summaries_to_write() -> list[PromptRecord]:

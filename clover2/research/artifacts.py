@@ -3,7 +3,8 @@
 Each executed notebook records the commit and machine of its run (metadata `clover2`, written by
 `clover2.research.notebooks`; copies older than that record fall back to their profile's
 `provenance.json`, the last run's) and papermill its start time; every benchmark writes `env.json`
-(commit, date, CPU or GPU, the drafts' weight hashes). This collects them into one table, a row per folder that holds one, so a
+(commit, date, the GPU or the CPU with its short name such as "AMD EPYC Zen 4 (AVX-512 BF16)", the
+drafts' weight hashes). This collects them into one table, a row per folder that holds one, so a
 reader can see at a glance which results share a commit, which ran on a tree with uncommitted
 changes (`-dirty`), and on which machine.
 
@@ -19,6 +20,7 @@ from pathlib import Path
 import pandas as pd
 
 from clover2.files import write_text
+from clover2.research.report import machine_name
 
 
 def _published(record: Path, results: Path) -> bool:
@@ -29,7 +31,7 @@ def _published(record: Path, results: Path) -> bool:
 
 def artifacts(results: str | Path) -> pd.DataFrame:
     """One row per executed notebook and per benchmark folder: `folder` (relative to `results`),
-    `what`, `commit`, `machine` and `date`."""
+    `what`, `commit`, `machine` (`clover2.research.report.machine_name`) and `date`."""
     results = Path(results)
     rows = []
     for record in sorted(r for r in results.rglob("provenance.json") if _published(r, results)):
@@ -38,12 +40,12 @@ def artifacts(results: str | Path) -> pd.DataFrame:
             meta = json.loads(nb.read_text()).get("metadata", {})
             own = meta.get("clover2") or profile
             rows.append({"folder": nb.relative_to(results).as_posix(), "what": "executed notebook",
-                         "commit": own.get("commit", ""), "machine": own.get("gpu") or own.get("cpu", ""),
+                         "commit": own.get("commit", ""), "machine": machine_name(own),
                          "date": str(meta.get("papermill", {}).get("start_time", ""))[:10]})
     for record in sorted(r for r in results.rglob("env.json") if _published(r, results)):
         e = json.loads(record.read_text())
         rows.append({"folder": record.parent.relative_to(results).as_posix(), "what": "benchmark",
-                     "commit": e.get("commit", ""), "machine": e.get("gpu") or e.get("cpu", ""),
+                     "commit": e.get("commit", ""), "machine": machine_name(e),
                      "date": str(e.get("date", ""))[:10]})
     table = pd.DataFrame(rows, columns=["folder", "what", "commit", "machine", "date"])
     return table.assign(machine=table.machine.str.replace(r"\((R|TM)\)| Processor", "", regex=True).str.strip())

@@ -23,7 +23,7 @@ from matplotlib.text import Text
 from matplotlib.ticker import EngFormatter, LogLocator, NullFormatter
 
 from clover2.files import atomic_path
-from clover2.research.report import TASK_LABELS
+from clover2.research.report import TASK_LABELS, machine_name
 
 COLUMN_IN = 7.5  # the book's text column at a 1280-px window: ~720 CSS px, 96 per inch
 OUTPUT_IN = 7.1  # a notebook output inside that column (its padding takes ~40 px): the widest PNG shown at full size
@@ -93,8 +93,8 @@ _show_as_the_book_does()
 
 
 def hardware_label(env: dict) -> str:
-    """'SmolLM2-135M on <CPU>, N threads, float32' for figure titles."""
-    where = env.get("gpu") or f"{env.get('cpu', '?')}, {env.get('torch_threads', '?')} threads"
+    """'SmolLM2-135M on <CPU's short name>, N threads, float32' for figure titles."""
+    where = env.get("gpu") or f"{machine_name(env) or '?'}, {env.get('torch_threads', '?')} threads"
     return f"{env.get('target', '?')} on {where}, {env.get('dtype', '?')}"
 
 
@@ -113,10 +113,10 @@ def train_vs_heldout(log: pd.DataFrame, *, value: str = "top1", title: str = "")
 
 
 def speedup_dots(table: pd.DataFrame, *, title: str = ""):
-    """Median speedup over plain decoding with its 95% bootstrap interval: every method over all
-    prompts (left, ordered by speedup; `/1`: temperature 1), and per task for the trained drafts at
-    the paper's 25-node tree, greedy (right)."""
-    from clover2.research.report import method_label
+    """Speedup over plain decoding (`report.SPEEDUP`: the geometric mean of per-prompt ratios with its
+    95% bootstrap interval): every method over all prompts (left, ordered by speedup; `/1`:
+    temperature 1), and per task for the trained drafts at the paper's 25-node tree, greedy (right)."""
+    from clover2.research.report import SPEEDUP, method_label
 
     rows = table[table.method != "ar"]
     overall = rows[rows.task == "overall"].sort_values("speedup")
@@ -129,19 +129,20 @@ def speedup_dots(table: pd.DataFrame, *, title: str = ""):
     left.errorbar(overall.speedup, range(len(overall)), fmt="o", ms=4, capsize=2, color="tab:blue",
                   xerr=[overall.speedup - overall.speedup_lo, overall.speedup_hi - overall.speedup])
     left.set_yticks(range(len(overall)), labels, fontsize=MIN_PT)
-    left.set_xlabel("speedup (x), all prompts")
+    left.set_xlabel("all prompts")
     for k, method in enumerate(drafts):
         r = greedy[greedy.method == method].set_index("task").reindex(tasks)
         y = np.arange(len(tasks)) + (k - (len(drafts) - 1) / 2) * 0.8 / max(1, len(drafts))
         right.errorbar(r.speedup, y, fmt="o", ms=4, capsize=2, label=method.split("@")[0],
                        xerr=[r.speedup - r.speedup_lo, r.speedup_hi - r.speedup])
     right.set_yticks(range(len(tasks)), [TASK_LABELS[t] for t in tasks])
-    right.set_xlabel("speedup (x), 25-node tree")
+    right.set_xlabel("per task, 25-node tree")
     if drafts:
         right.legend(fontsize=MIN_PT, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=len(drafts), frameon=False,
                      handletextpad=0.2, columnspacing=0.8)
     for ax in (left, right):
         ax.axvline(1, color="black", lw=1, ls="--")
+    fig.supxlabel(SPEEDUP, fontsize=MIN_PT + 1)
     if title:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()

@@ -47,7 +47,7 @@ def run_notebooks(profile: str | None = None, *, source: str | Path = "notebooks
     folder = (Path(results).resolve() if results else results_root()) / prof.name
     written, seconds, start = [], {}, time.perf_counter()
     here = machine()
-    record = {"commit": commit(), "cpu": here["cpu"], "gpu": here["gpu"]}  # each executed copy's own provenance
+    record = {"commit": commit(), **{k: here[k] for k in ("cpu", "cpu_name", "gpu")}}  # each executed copy's own record
     km = KernelManager(kernel_name=kernel)
     km.start_kernel(cwd=str(source))
     try:

@@ -12,6 +12,11 @@ import pandas as pd
 
 from clover2.measure.load import CONTENDED_SHARE
 
+# The one statistic of speed on every page, table and figure (clover2.measure.bench.geometric_mean):
+# a method's speed over plain decoding's (a speedup) or over another method's (a speed ratio)
+SPEED_STATISTIC = "geometric mean of per-prompt ratios [95% bootstrap CI]"
+SPEEDUP = f"speedup, {SPEED_STATISTIC}"
+
 # Short column names for the six tasks (the glossary maps each to the Spec-Bench task it stands for).
 TASK_LABELS = {"overall": "all", "mt_bench": "MT-Bench", "translation": "transl.", "summarization": "summ.",
                "qa": "QA", "gsm8k": "GSM8K", "rag": "RAG"}
@@ -22,18 +27,24 @@ def method_label(method: str, temperature: float) -> str:
     return method if temperature == 0 else f"{method}/{temperature:g}"
 
 
+def machine_name(record: dict) -> str:
+    """The machine a record (env.json, provenance.json, a notebook's metadata) names: its GPU, else its
+    CPU's short name (`clover2.measure.provenance.cpu_name`; records from before it: the model name)."""
+    return record.get("gpu") or record.get("cpu_name") or record.get("cpu", "")
+
+
 def _labelled(table: pd.DataFrame) -> pd.DataFrame:
     return table.assign(label=[method_label(m, t) for m, t in zip(table.method, table.temperature)])
 
 
 def overall_table(table: pd.DataFrame) -> pd.DataFrame:
-    """One row per method (all prompts): tau, tokens/s, speedup with its interval, draft share and
-    exactness, in the columns the glossary defines."""
+    """One row per method (all prompts): tau, tokens/s, speedup with its interval (`SPEEDUP`), draft
+    share and exactness, in the columns the glossary defines."""
     rows = _labelled(table[table.task == "overall"])
     out = pd.DataFrame({
         "tau": [_or_dash(x, "{:.2f}") for x in rows.tau],  # Hugging Face's generate counts no steps
         "tokens/s": rows.tokens_per_s.round(1).to_numpy(),
-        "speedup [95% CI]": [f"{s:.2f} [{lo:.2f}, {hi:.2f}]" for s, lo, hi in
+        SPEEDUP: [f"{s:.2f} [{lo:.2f}, {hi:.2f}]" for s, lo, hi in
                              zip(rows.speedup, rows.speedup_lo, rows.speedup_hi)],
         "draft share": [_or_dash(x, "{:.3f}") for x in rows.draft_share],
         "identical": [("" if np.isnan(x) else f"{x:.0%}") for x in rows.identical_frac]},
@@ -102,8 +113,8 @@ def _interval(row) -> str:
 
 
 def paired_comparison(paired: pd.DataFrame, a: str, b: str, temperature: float = 0.0) -> str | None:
-    """`a` against `b` on the same prompts (`paired`: the benchmark's paired.csv): the geometric mean
-    of the per-prompt speed ratios with its 95% interval, how many prompts `a` was faster on, and
+    """`a` against `b` on the same prompts (`paired`: the benchmark's paired.csv): the speed ratio
+    (`SPEED_STATISTIC`, as every speedup), how many prompts `a` was faster on, and
     the tau ratio; with a verdict (faster, slower, or a tie where the interval holds 1). None where
     the run did not measure the pair."""
     row = paired[(paired.method == a) & (paired.versus == b) & (paired.temperature == temperature)]
@@ -170,16 +181,17 @@ def speedup_findings(table: pd.DataFrame, env: dict, curve: pd.DataFrame | None 
                      paired: pd.DataFrame | None = None) -> str:
     """The benchmark page's conclusions: the fastest method, the paper's comparison at its own tree
     (paired by prompt where `paired`, the run's paired.csv, is given), the fitted tree's prediction
-    against the measurement, what verification costs here, exactness and the machine's load."""
+    against the measurement, each source's share of a hybrid's or union's accepted tokens, what
+    verification costs here, exactness and the machine's load."""
     overall = table[table.task == "overall"].set_index(["method", "temperature"])
     greedy = overall.xs(0.0, level="temperature")
     n = int(greedy.n_prompts.max())
     lines = [f"- **Setup**: {n} prompts ({table[table.task != 'overall'].task.nunique()} tasks), up to "
              f"{env.get('bench', {}).get('max_new_tokens', '?')} new tokens each, every method interleaved prompt by "
-             f"prompt; {env['target']} in {env['dtype']} on {env.get('gpu') or env['cpu']} "
+             f"prompt; {env['target']} in {env['dtype']} on {machine_name(env)} "
              f"({env.get('torch_threads', '?')} threads), commit `{env['commit']}`; trees "
              + ", ".join(f"`{t}`" for t in dict.fromkeys(table.tree.dropna()) if t) + "; temperatures "
-             + ", ".join(f"{t:g}" for t in sorted(table.temperature.unique())) + "."]
+             + ", ".join(f"{t:g}" for t in sorted(table.temperature.unique())) + f". Speed: {SPEEDUP}."]
     best = greedy.drop(index="ar").speedup.idxmax()
     lines.append(f"- **Fastest at T = 0**: `{best}`, {_interval(greedy.loc[best])} over plain decoding "
                  f"({greedy.loc['ar'].tokens_per_s:.1f} tokens/s).")
@@ -192,23 +204,34 @@ def speedup_findings(table: pd.DataFrame, env: dict, curve: pd.DataFrame | None 
     compared = [] if paired is None else [line for t in sorted(table.temperature.unique()) for x, y in PAIRS
                                           if (line := paired_comparison(paired, x, y, t))]
     if compared:
-        lines.append("- **Paired by prompt** (each method's speed over the other's on the same prompt, moments apart; "
-                     "the paper: Clover-2 / EAGLE-1 1.01-1.07 at T = 0): " + "; ".join(compared) + ".")
+        lines.append("- **Paired by prompt** (each method's speed over the other's on the same prompt, moments apart, "
+                     f"{SPEED_STATISTIC}; the paper: Clover-2 / EAGLE-1 1.01-1.07 at T = 0): "
+                     + "; ".join(compared) + ".")
     for name, fitted in env.get("fitted_trees", {}).items():
         arch, bang, engine = name.partition("!")
         method = f"{arch}@fitted{bang}{engine}"
         if method not in greedy.index:
             continue
-        measured = _interval(greedy.loc[method])
-        if fitted["budget"] == 0:
+        row = greedy.loc[method]
+        measured = f"measured {_interval(row)}" + ("" if pd.isna(row.tau) else f", tau {row.tau:.2f}")
+        # what the method drafts: the draft's nodes and every copy source's (a union may copy without the draft)
+        copies = [f"{k.removesuffix('_budget')} {v}" for k, v in fitted.items() if k.endswith("_budget") and v]
+        if not fitted["budget"] and not copies:
             lines.append(f"- **Fitted tree ({name})**: none. No tree is predicted to beat plain decoding here (best "
-                         f"{fitted['predicted_speedup']:.2f}x), so `{method}` drafts nothing: measured {measured}.")
+                         f"{fitted['predicted_speedup']:.2f}x), so `{method}` drafts nothing: {measured}.")
         else:
-            copies = [f"{k.removesuffix('_budget')} {v}" for k, v in fitted.items() if k.endswith("_budget") and v]
             nodes = (f"the draft's {fitted['budget']} node" + ("s" if fitted["budget"] > 1 else "") +
                      f", depth {fitted['depth']}" if fitted["budget"] else "no draft nodes")
             lines.append(f"- **Fitted tree ({name})**: {nodes}" + (f", and {', '.join(copies)} copied" if copies else "")
-                         + f"; predicted {fitted['predicted_speedup']:.2f}x, measured {measured}.")
+                         + f"; predicted {fitted['predicted_speedup']:.2f}x, {measured}.")
+    by_source = greedy.filter(regex=r"^accepted_.+_per_step$").dropna(how="all")  # hybrids and unions
+    if len(by_source):
+        def shares(row: pd.Series) -> str:
+            row = row.dropna().rename(lambda c: c.removeprefix("accepted_").removesuffix("_per_step"))
+            return ", ".join(f"{source} {v:.2f} ({v / max(row.sum(), 1e-12):.0%})" for source, v in row.items())
+        lines.append("- **Accepted draft tokens by source** (per step, each source's part of tau - 1; a token that "
+                     "several sources proposed counts for the first, copying before the draft): "
+                     + "; ".join(f"`{m}`: {shares(row)}" for m, row in by_source.iterrows()) + ".")
     curve = None if curve is None else curve.assign(engine=curve.get("engine", "eager"))
     for engine, c in ([] if curve is None else curve.groupby("engine", sort=False)):
         cost = dict(zip(c.n_tokens, c.relative))
