@@ -25,11 +25,12 @@ install: $(STAMP)
 target: install
 	$(BIN)/clover2 prepare-target --target $(TARGET)
 
-# Lint, the unit tests, every notebook under nbmake on the `smoke` profile (results/smoke, ignored by
-# git), then the gpu profile's one-process study dry-run at smoke sizes on the CPU (results/gpu-dry).
+# Lint, the unit tests (one process per CPU, each single-threaded, a file to a process; their cache a
+# temporary one of their own), every notebook under nbmake on the `smoke` profile (results/smoke, ignored
+# by git), then the gpu profile's one-process study dry-run at smoke sizes on the CPU (results/gpu-dry).
 test: install
 	$(BIN)/ruff check clover2 tests notebooks
-	$(BIN)/python -m pytest -q --durations=15
+	$(BIN)/python -m pytest -q -n logical --dist loadfile -p no:nbmake --durations=15
 	CLOVER2_PROFILE=smoke CLOVER2_RESULTS=$(CURDIR)/results $(BIN)/python -m pytest -q --nbmake --nbmake-timeout=1200 notebooks
 	$(BIN)/clover2 notebooks --profile gpu --dry-run --results $(CURDIR)/results
 

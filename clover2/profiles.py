@@ -164,15 +164,19 @@ def load_profile(name: str | Path | None = None) -> Profile:
     return profile
 
 
-# A dry run keeps a profile's target, methods and variants and takes the smoke profile's sizes, on a CPU.
+# A dry run keeps a profile's target, methods and variants and takes the smoke profile's sizes, on a CPU;
+# its benchmark decodes fewer tokens still (a GPU profile's 60-node trees verify dearly on a CPU).
 DRY_RUN_SIZES = {"data": None, "train": None, "draft": None,  # None: smoke's whole section on top
                  "bench": ("tasks", "n_per_task", "max_new_tokens", "fit"),
                  "study": ("ablation_n_per_task", "ablation_max_new_tokens", "seeds")}
+DRY_RUN_NEW_TOKENS = 4
 
 
 def dry_run_profile(name: str | Path | None) -> Path:
     """A YAML profile `<name>-dry`: the profile's study at the smoke profile's sizes, in fp32 on the
-    CPU, so that a GPU profile's whole run is checked anywhere in minutes. Written under the cache."""
+    CPU, so that a GPU profile's whole run is checked anywhere in minutes; its drafts decode at the
+    precision the profile's own device gives them (`auto` is float off a CPU: no int8 calibration
+    the real run would not make). Written under the cache."""
     prof = load_profile(name)  # checks the profile itself first
     path = Path(name) if name and Path(name).suffix else CONFIG_DIR / f"{prof.name}.yaml"
     raw = profile_yaml(path)
@@ -181,6 +185,9 @@ def dry_run_profile(name: str | Path | None) -> Path:
     for section, keys in DRY_RUN_SIZES.items():
         small = smoke.get(section) or {}
         raw[section] = (raw.get(section) or {}) | {k: v for k, v in small.items() if keys is None or k in keys}
+    raw["bench"]["max_new_tokens"] = min(raw["bench"].get("max_new_tokens", DRY_RUN_NEW_TOKENS), DRY_RUN_NEW_TOKENS)
+    if prof.bench.draft_weights == "auto" and prof.device != "cpu":
+        raw["bench"]["draft_weights"] = "float"  # what `auto` decodes the drafts in off a CPU, as the real run
     out = cache_root() / "profiles" / f"{prof.name}-dry.yaml"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(f"# The dry run of {prof.name}: its study at smoke sizes on a CPU (clover2.profiles.dry_run_profile)\n"

@@ -3,6 +3,7 @@ once per run, a cache of the suite's own, and Hugging Face's greedy reference co
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import tempfile
@@ -47,6 +48,14 @@ def pytest_configure(config):
 def pytest_unconfigure(config):
     if getattr(config, "clover2_cache", None):
         shutil.rmtree(config.clover2_cache, ignore_errors=True)  # the links only, not what they point to
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Back to one thread after a test that set more (a benchmark takes every CPU)."""
+    yield
+    if torch.get_num_threads() != 1:
+        torch.set_num_threads(1)
 
 
 @pytest.fixture
@@ -115,24 +124,33 @@ def smollm2() -> Target:
     return load_target("smollm2-135m-instruct", dtype="float32", kernels="stock")
 
 
-_GREEDY: dict[tuple, list[int]] = {}
+_GREEDY: dict[tuple, tuple[int, list[int]]] = {}
+
+
+def _identity(target: Target) -> tuple:
+    """What a greedy decoding depends on: the architecture and settings, every weight, the kernels."""
+    model = target.model
+    weights = hashlib.sha1()
+    for p in model.parameters():
+        weights.update(p.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+    return (type(model).__name__, model.config.to_json_string(), weights.hexdigest(),
+            repr(model.generation_config.eos_token_id), target.kernel_plan.describe())
 
 
 def hf_greedy(target: Target, prompt: list[int], max_new_tokens: int, eos: int | None = None) -> list[int]:
     """Hugging Face's own greedy decoding: the reference every test compares against.
 
-    Computed once per model object (its kernels and EOS setting included), prompt and `eos`: a shorter
-    run is the prefix of a longer one already made (greedy decoding is deterministic token by token,
-    and an EOS stop comes at the same place)."""
-    model = target.model
-    key = (id(model), target.kernel_plan.describe(), repr(model.generation_config.eos_token_id), tuple(prompt), eos)
+    Computed once per model (by content: the same weights rebuilt are the same model), prompt and
+    `eos`: a shorter run is the prefix of a longer one already made (greedy decoding is deterministic
+    token by token, and an EOS stop comes at the same place)."""
+    key = (_identity(target), tuple(prompt), eos)
     held = _GREEDY.get(key)
-    if held is not None and held[0] is model and held[1] >= max_new_tokens:
-        return held[2][:max_new_tokens]
+    if held is not None and held[0] >= max_new_tokens:
+        return held[1][:max_new_tokens]
     with torch.inference_mode():
         ids = torch.tensor([prompt], device=target.device)
-        out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
-                             max_new_tokens=max_new_tokens, eos_token_id=eos, pad_token_id=0)
+        out = target.model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                                    max_new_tokens=max_new_tokens, eos_token_id=eos, pad_token_id=0)
     tokens = out[0, len(prompt):].tolist()
-    _GREEDY[key] = (model, max_new_tokens, tokens)  # the model held, so that its id is never reused
+    _GREEDY[key] = (max_new_tokens, tokens)
     return list(tokens)

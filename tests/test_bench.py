@@ -256,7 +256,7 @@ def test_configured_bench_with_a_fitted_tree_writes_the_table(tmp_path):
                                                      "suffix+clover2@fitted", "union+clover2@fitted", "union+clover2@eagle25",
                                                      "ar/1", "clover2@eagle25/1", "union+clover2@eagle25/1",
                                                      "ar!graphs", "clover2@fitted!graphs"),
-                         fit=FitConfig(max_depth=3, top_k=3, prompts=2, max_new_tokens=8))
+                         fit=FitConfig(max_depth=3, top_k=3, prompts=2, max_new_tokens=8), threads=1)
     table = run_bench(t, config, tmp_path / "drafts", tmp_path / "out")
     disk = pd.read_csv(tmp_path / "out" / "bench.csv")
     assert len(disk) == len(table) == 16 * 4  # 16 methods x (3 tasks + overall)
@@ -306,7 +306,7 @@ def test_a_fit_that_finds_no_tree_decodes_plainly(tmp_path, monkeypatch):
     config = BenchConfig(tasks=(str(_spec_bench_file(tmp_path / "question.jsonl")),), n_per_task=1, max_new_tokens=10,
                          methods=("ar", "pld", "suffix", "clover2@fitted", "pld+clover2@fitted", "suffix+clover2@fitted",
                                   "union+clover2@fitted"),
-                         fit=FitConfig(max_depth=2, top_k=3, prompts=1, max_new_tokens=6))
+                         fit=FitConfig(max_depth=2, top_k=3, prompts=1, max_new_tokens=6), threads=1)
     table = run_bench(t, config, tmp_path / "drafts", tmp_path / "out").set_index(["method", "task"])
     env = json.loads((tmp_path / "out" / "env.json").read_text())
     assert env["fitted_trees"]["clover2"]["budget"] == 0
@@ -336,7 +336,7 @@ def test_every_draft_of_a_run_decodes_at_one_precision_which_both_tables_carry(t
         cfg = DraftConfig.for_arch(arch, num_heads=3) if arch == "clover2" else DraftConfig.for_arch(arch)
         save_draft(tmp_path / "drafts" / arch, build_draft(cfg, t), t, cfg, extra={})
     config = BenchConfig(tasks=(str(_spec_bench_file(tmp_path / "question.jsonl")),), n_per_task=1, max_new_tokens=6,
-                         methods=("ar", "clover2@chain2", "eagle1@chain2"), fit=FitConfig(prompts=1))
+                         methods=("ar", "clover2@chain2", "eagle1@chain2"), fit=FitConfig(prompts=1), threads=1)
     run_bench(t, config, tmp_path / "drafts", tmp_path / "out")
     env = json.loads((tmp_path / "out" / "env.json").read_text())
     assert env["draft_weights"] == "int8" and {env["drafts"][a]["weights"] for a in ("clover2", "eagle1")} == {"int8"}

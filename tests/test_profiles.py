@@ -87,7 +87,7 @@ def test_paper_profile_dry_run_on_a_tiny_model_of_its_family(name, tmp_path, fre
         data=replace(profile.data, tokens=150, max_tokens=64, pack_tokens=128, conversations=2, max_new_tokens=6,
                      batch_size=2, shard_conversations=2, eval_conversations=2),
         train=replace(profile.train, max_steps=2, batch_size=2, max_len=48, eval_every=1, eval_batches=1, warmup_steps=1),
-        bench=replace(profile.bench, n_per_task=1, max_new_tokens=4,
+        bench=replace(profile.bench, n_per_task=1, max_new_tokens=4, threads=1,
                       fit=replace(profile.bench.fit, prompts=1, max_new_tokens=4, max_depth=3)),
         study=replace(profile.study, ablation_n_per_task=1, ablation_max_new_tokens=4))
     target = load_target(str(folder), dtype=profile.dtype, device="cpu", kernels="stock")
@@ -107,7 +107,7 @@ def test_paper_profile_dry_run_on_a_tiny_model_of_its_family(name, tmp_path, fre
 
 def test_the_gpu_profile_and_its_dry_run():
     """The gpu profile runs in bf16 on CUDA with eager and graph methods side by side; its dry run keeps
-    its methods and variants at the smoke profile's sizes, in fp32 on the CPU."""
+    its methods and variants at the smoke profile's sizes (its benchmark at 4 new tokens), in fp32 on the CPU."""
     from clover2.profiles import dry_run_profile
 
     gpu = load_profile("gpu")
@@ -118,7 +118,10 @@ def test_the_gpu_profile_and_its_dry_run():
     assert (dry.name, dry.device, dry.dtype) == ("gpu-dry", "cpu", "float32")
     assert dry.bench.methods == gpu.bench.methods and dry.study.ablations == gpu.study.ablations
     assert (dry.data, dry.bench.n_per_task, dry.bench.tasks) == (smoke.data, smoke.bench.n_per_task, smoke.bench.tasks)
+    assert dry.bench.fit == smoke.bench.fit and dry.bench.max_new_tokens == min(smoke.bench.max_new_tokens, 4)
     assert dry.train.max_steps == smoke.train.max_steps and dry.study.engine == "graphs"
+    assert gpu.bench.draft_weights == "auto" and dry.bench.draft_weights == "float"  # auto's choice on a GPU
+    assert smoke.bench.draft_weights == "auto"  # a CPU's choice between float and int8 stays checked by smoke
 
 
 def test_a_profile_starts_from_its_base_and_changes_only_what_differs(tmp_path):

@@ -39,7 +39,7 @@ import clover2.decoding.sampling as sampling
 from clover2.decoding.sampling import SamplingConfig, accept_tree, warp
 from clover2.decoding.tree import Tree
 
-V, LENGTH, SAMPLES, ALPHA = 5, 3, 20_000, 1e-4
+V, LENGTH, SAMPLES, ALPHA = 5, 3, 10_000, 1e-4
 WIDTHS = {"chain": (1, 1, 1), "static": (3, 2, 1), "dynamic": (2, 2)}  # children per node, level by level
 CONFIGS = [("chain", "good"), ("static", "bad"), ("static", "good"), ("dynamic", "adversarial"),
            ("static", "deterministic"), ("chain", "adversarial")]

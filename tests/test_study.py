@@ -43,7 +43,7 @@ def test_a_finished_bench_is_reused_only_while_nothing_it_depends_on_changed(tmp
                                for i, t in enumerate(["abcabcabc", "xyzxyz"])) + "\n")
     prof = load_profile("smoke")
     study = _study(tmp_path, replace(prof, bench=replace(prof.bench, tasks=(str(tasks),), methods=("ar", "pld"),
-                                                          max_new_tokens=4)))
+                                                          max_new_tokens=4, threads=1)))
     runs = []
     real = study_module.run_bench
     monkeypatch.setattr(study_module, "run_bench", lambda *a: runs.append(1) or real(*a))
