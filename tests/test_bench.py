@@ -24,7 +24,7 @@ from clover2.drafts import build_draft
 from clover2.drafts.checkpoint import save_draft
 from clover2.drafts.config import DraftConfig
 from clover2.errors import Clover2Error
-from clover2.measure.bench import BenchConfig, Method, interleaved, make_method, paired, run_bench, summarize
+from clover2.measure.bench import BenchConfig, Method, interleaved, make_method, moved, paired, run_bench, summarize
 from clover2.measure.fit import FitConfig, cost_curve, fit
 from clover2.measure.load import mark, other_share
 from clover2.measure.methods import MethodSpec, drafter_factory
@@ -67,6 +67,19 @@ def test_summary_has_overall_and_per_task_rows_with_intervals(runs):
     assert ar.tau == 1 and ar.tau_minus_1 == 0 and ar.speedup == 1 and ar.identical_frac == 1 and ar.n_prompts == 3
     assert np.isnan(s[s.method == "hf"].tau).all()  # HF generate reports no steps
 
+
+
+def test_a_runs_table_read_back_from_its_csv_summarizes_as_it_was_written(runs, tmp_path):
+    runs.to_csv(tmp_path / "runs.csv", index=False)  # a method without a tree comes back with tree NaN
+    again = summarize(pd.read_csv(tmp_path / "runs.csv"))
+    pd.testing.assert_frame_equal(again[["method", "task", "speedup", "tau"]], summarize(runs)[["method", "task", "speedup", "tau"]])
+
+
+def test_how_far_each_figure_moved_between_two_runs(runs):
+    old, new = summarize(runs), summarize(runs.assign(speedup=runs.speedup * 2))
+    table = moved(old, new)
+    assert len(table) == 5 and set(zip(table.method, table.temperature)) == set(zip(runs.method, runs.temperature))
+    assert np.allclose(table.moved, 2) and (table.tau_old.fillna(0) == table.tau_new.fillna(0)).all()
 
 def test_paired_comparisons_are_per_prompt_ratios_of_the_same_run(runs):
     p = paired(runs, n_boot=500)

@@ -195,9 +195,9 @@ def summarize(df: pd.DataFrame, *, seed: int = 0, n_boot: int = 2000) -> pd.Data
     machine (on average over its prompts)."""
     rng = np.random.default_rng(seed)
     keys = ["method", "tree", "temperature"]
-    groups = [(*k, "overall", g) for k, g in df.groupby(keys, sort=False)]
+    groups = [(*k, "overall", g) for k, g in df.groupby(keys, sort=False, dropna=False)]  # no tree: NaN from a CSV
     if df.task.nunique() > 1:
-        groups += [k + (g,) for k, g in df.groupby(keys + ["task"], sort=False)]
+        groups += [k + (g,) for k, g in df.groupby(keys + ["task"], sort=False, dropna=False)]
     sources = [c for c in df.columns if c.startswith("accepted_")]
     rows = []
     for method, tree, temperature, task, g in groups:
@@ -245,6 +245,17 @@ def paired(df: pd.DataFrame, *, seed: int = 0, n_boot: int = 2000) -> pd.DataFra
                            tau_ratio_lo=float(np.quantile(tau, 0.025)), tau_ratio_hi=float(np.quantile(tau, 0.975)))
             rows.append(row)
     return pd.DataFrame(rows)
+
+
+def moved(old: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
+    """How far each method's overall figures moved between two runs of a benchmark (`summarize`
+    tables of the same methods): tau and speedup in each, the new speedup's interval, and the
+    ratio of the new speedup to the old (`moved`). The runs differ in time, machine or harness, so
+    the ratio is not paired by prompt: read it against the two intervals."""
+    keys = ["method", "temperature"]
+    pick = lambda t: t[t.task == "overall"][keys + ["tau", "speedup", "speedup_lo", "speedup_hi"]]  # noqa: E731
+    both = pick(old).merge(pick(new), on=keys, suffixes=("_old", "_new"))
+    return both.assign(moved=both.speedup_new / both.speedup_old).drop(columns=["speedup_lo_old", "speedup_hi_old"])
 
 
 # ---- the configured benchmark: tasks x methods x temperatures, with trees fitted to this machine ----

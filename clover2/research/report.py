@@ -44,8 +44,7 @@ def overall_table(table: pd.DataFrame) -> pd.DataFrame:
     out = pd.DataFrame({
         "tau": [_or_dash(x, "{:.2f}") for x in rows.tau],  # Hugging Face's generate counts no steps
         "tokens/s": rows.tokens_per_s.round(1).to_numpy(),
-        SPEEDUP: [f"{s:.2f} [{lo:.2f}, {hi:.2f}]" for s, lo, hi in
-                             zip(rows.speedup, rows.speedup_lo, rows.speedup_hi)],
+        SPEEDUP: [f"{s:.2f} [{lo:.2f}, {hi:.2f}]" for s, lo, hi in zip(rows.speedup, rows.speedup_lo, rows.speedup_hi)],
         "draft share": [_or_dash(x, "{:.3f}") for x in rows.draft_share],
         "identical": [("" if np.isnan(x) else f"{x:.0%}") for x in rows.identical_frac]},
         index=pd.Index(rows.label, name="method"))
