@@ -10,7 +10,7 @@ PROFILE ?= cpu
 TARGET  ?= smollm2-135m-instruct
 OUT     := results/$(PROFILE)/foundation
 
-.PHONY: install target test reproduce notebooks seeds book book-check lab foundation curves clean
+.PHONY: install target test reproduce notebooks seeds study book book-check lab foundation curves clean
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -45,6 +45,12 @@ notebooks: install
 # reuses what `make reproduce` trained and adds the rest; then rebuild the book with `make book`.
 seeds: target
 	$(BIN)/clover2 notebooks --profile cpu-seeds --results results
+
+# The designed study (book/protocol.md, profile study): every run still to do, in order, resuming where
+# it stopped; each finished run lands in results/study/ (runs.csv, replays.csv). `clover2 study status`
+# lists what is done.
+study: target
+	$(BIN)/clover2 study run --profile study --results results
 
 # The book from what is in results/ (no notebook is executed); warnings are errors.
 book: install

@@ -1,4 +1,4 @@
-"""`clover2` command line: targets, prepare-target, prepare-data, train, generate, bench, notebooks, cost-curve."""
+"""`clover2` command line: targets, prepare-target, prepare-data, train, generate, bench, notebooks, study, cost-curve."""
 
 from __future__ import annotations
 
@@ -148,6 +148,13 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--dry-run", action="store_true",
                    help="the profile's study at the smoke profile's sizes, in fp32 on the CPU, into RESULTS/<profile>-dry")
     s.set_defaults(func=_notebooks)
+
+    s = sub.add_parser("study", help="the designed study (book/protocol.md): run what is left, or say what is done")
+    s.add_argument("action", choices=["run", "status"],
+                   help="run: train and replay every run still to do, in order, resuming; status: one line per run")
+    s.add_argument("--profile", default="study", help="a profile with a design section")
+    s.add_argument("--results", type=Path, help="results root (default: $CLOVER2_RESULTS, else ./results)")
+    s.set_defaults(func=_study)
 
     s = sub.add_parser("cost-curve", help="target forward time for N new tokens over a cached prefix")
     _target_args(s)
@@ -332,6 +339,21 @@ def _curves(args):
                  seed=profile.data.seed)
     print(tables["taus"].to_string(index=False, float_format=lambda x: f"{x:.3f}") if "taus" in tables
           else "no snapshot to measure yet")
+
+
+def _study(args):
+    from clover2.research.design import Experiment
+    from clover2.research.study import Study
+
+    experiment = Experiment(Study.open(args.profile, results=args.results / args.profile if args.results else None))
+    if args.action == "run":
+        experiment.run()
+    table = experiment.status()
+    print(table.to_string(index=False))
+    left = table[table.state != "done"]
+    print(f"{len(table) - len(left)} of {len(table)} runs done; {int(left.steps.sum())} training steps left "
+          f"(+ {int(left.steps.isna().sum())} runs whose rate is not chosen yet); "
+          f"{int((table.to_replay != '').sum())} runs to replay")
 
 
 def _coverage(args):

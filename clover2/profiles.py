@@ -6,7 +6,8 @@ a checkout points there); any other YAML path works too. With no name given, the
 
 A profile has the sections `data` (DataConfig), `train` (TrainConfig), `draft` (DraftConfig
 fields applied on top of each architecture's own recipe) and `bench` (BenchConfig, with its `fit`
-subsection) and `study` (StudyConfig: the notebooks' variants), plus `target`, `dtype` and `device`.
+subsection), `study` (StudyConfig: the notebooks' variants) and `design` (DesignConfig: the designed
+study's arms, budgets and evaluation; `clover2.research.design`), plus `target`, `dtype` and `device`.
 Inside `train` and `draft`, a subsection named after an architecture (`eagle1: {lr: 3.0e-5}`) holds
 that architecture's own settings on top of the shared ones. A profile may start from another
 (`base: cpu`) and change only what differs. Unknown keys are errors, so a typo never silently falls
@@ -28,6 +29,7 @@ from clover2.errors import Clover2Error
 from clover2.measure.bench import BenchConfig
 from clover2.measure.fit import FitConfig
 from clover2.paths import cache_root
+from clover2.research.design import DesignConfig
 from clover2.training.data import DataConfig
 from clover2.training.train import TrainConfig
 
@@ -84,6 +86,7 @@ class Profile:
     bench: BenchConfig
     study: StudyConfig
     own: dict = field(default_factory=dict)  # {arch: {"train": {...}, "draft": {...}}}: one architecture's own settings
+    design: DesignConfig = field(default_factory=DesignConfig)  # the designed study's arms (profile `study`)
     chat_template: str | None = None  # for a tokenizer that ships none: "vicuna" or a Jinja file (None: its own)
 
     def load_target(self, name: str | None = None):
@@ -134,8 +137,8 @@ def load_profile(name: str | Path | None = None) -> Profile:
     if not path.is_file():
         raise Clover2Error(f"unknown profile {str(name)!r}; known: {', '.join(known_profiles())}, or a YAML path")
     raw = profile_yaml(path)
-    _check_keys(raw, {"target", "dtype", "device", "chat_template", "data", "train", "draft", "bench", "study"},
-                str(path))
+    _check_keys(raw, {"target", "dtype", "device", "chat_template", "data", "train", "draft", "bench", "study",
+                      "design"}, str(path))
     from clover2.drafts import ARCHITECTURES
 
     own: dict[str, dict] = {}
@@ -154,7 +157,8 @@ def load_profile(name: str | Path | None = None) -> Profile:
     profile = Profile(name=path.stem, target=str(raw.get("target", DEFAULT_TARGET)),
                       dtype=str(raw.get("dtype", "auto")), device=str(raw.get("device", "cpu")),
                       data=sections["data"], train=sections["train"], draft=draft, bench=sections["bench"],
-                      study=sections["study"], own=own, chat_template=raw.get("chat_template"))
+                      study=sections["study"], own=own, chat_template=raw.get("chat_template"),
+                      design=DesignConfig.from_yaml(raw.get("design"), f"{path} [design]"))
     for arch in own:  # every architecture's settings are checked now, not when it is first trained
         profile.draft_config(arch)
         try:

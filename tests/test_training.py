@@ -372,3 +372,56 @@ def test_training_time_test_trains_every_unrolled_step(target, data, tmp_path):
         train(target, data, tmp_path / "medusa", DraftConfig.for_arch("medusa", num_heads=3), replace(cfg, ttt_steps=4))
     with pytest.raises(Clover2Error, match="ttt_steps"):
         replace(cfg, ttt_steps=-1)
+
+
+def test_a_shorter_budget_branched_off_a_longer_run_is_the_run_that_ends_there(target, data, tmp_path):
+    """Warmup-stable-decay: an 8-step run equals, weight for weight, an 8-step run started from the state a
+    12-step run kept at step 6 (both schedules still hold the rate there); starting from step 7, after the
+    8-step run began decaying, is refused, as is a state from other settings or a corrupt one."""
+    dc = DraftConfig(num_heads=3, draft_vocab=48)
+    wsd = replace(CFG, schedule="wsd", decay_share=0.25, warmup_steps=1, eval_every=100)
+    train(target, data, tmp_path / "straight", dc, replace(wsd, max_steps=8))
+    train(target, data, tmp_path / "long", dc, replace(wsd, max_steps=12, states=(6, 7)))
+    kept = tmp_path / "long" / "states"
+    assert sorted(p.name for p in kept.iterdir()) == ["step_000006.pt", "step_000007.pt"]
+    train(target, data, tmp_path / "branch", dc, replace(wsd, max_steps=8), start_from=kept / "step_000006.pt")
+    a, b = (load_file(tmp_path / n / "draft.safetensors") for n in ("straight", "branch"))
+    for key in a:
+        torch.testing.assert_close(a[key], b[key], atol=0, rtol=0)
+    meta = json.loads((tmp_path / "branch" / "draft.json").read_text())
+    assert meta["train_state"]["step"] == 8
+    assert meta["train_state"]["tokens"] == json.loads((tmp_path / "straight" / "draft.json").read_text())["train_state"]["tokens"]
+    long = load_file(tmp_path / "long" / "draft.safetensors")
+    assert any(not torch.equal(a[k], long[k]) for k in a)  # the longer run's own end differs
+    with pytest.raises(Clover2Error, match="schedule that already differs"):
+        train(target, data, tmp_path / "late", dc, replace(wsd, max_steps=8), start_from=kept / "step_000007.pt")
+    with pytest.raises(Clover2Error, match="trained otherwise"):
+        train(target, data, tmp_path / "lr", dc, replace(wsd, max_steps=8, lr=1e-3), start_from=kept / "step_000006.pt")
+    with pytest.raises(Clover2Error, match="other settings"):
+        train(target, data, tmp_path / "arch", DraftConfig(num_heads=2, draft_vocab=48), replace(wsd, max_steps=8),
+              start_from=kept / "step_000006.pt")
+    (tmp_path / "bad.pt").write_bytes(b"not a state")
+    with pytest.raises(Clover2Error, match="not a training state"):
+        train(target, data, tmp_path / "bad", dc, replace(wsd, max_steps=8), start_from=tmp_path / "bad.pt")
+
+
+def test_kept_states_leave_out_the_weights_borrowed_from_the_target(target, data, tmp_path):
+    train(target, data, tmp_path / "d", DraftConfig(num_heads=2), replace(CFG, max_steps=2, eval_every=2, states=(2,)))
+    for path in (tmp_path / "d" / "checkpoint" / "state.pt", tmp_path / "d" / "states" / "step_000002.pt"):
+        weights = torch.load(path, weights_only=False)["model"]
+        assert weights and not any(k.startswith(("lm_head.", "embed.", "target_norm.")) for k in weights)
+
+
+def test_data_share_trains_on_a_fixed_subset_the_same_for_every_seed(target, data, tmp_path, monkeypatch):
+    seen, batch = [], DistillData.batch
+    monkeypatch.setattr(DistillData, "batch", lambda self, idx, **kw: seen.append(list(idx)) or batch(self, idx, **kw))
+    subsets = []
+    for seed in (0, 1):
+        seen.clear()
+        cfg = replace(CFG, max_steps=8, eval_every=100, data_share=0.5, seed=seed)
+        train(target, data, tmp_path / f"s{seed}", DraftConfig(num_heads=2), cfg)
+        subsets.append({i for b in seen[:8] for i in b})  # training batches (the evaluation follows)
+    train_idx = DistillData(data).split(CFG.held_out)[0]
+    assert subsets[0] == subsets[1] and len(subsets[0]) == round(len(train_idx) / 2)
+    with pytest.raises(Clover2Error, match="data_share"):
+        replace(CFG, data_share=0.0)

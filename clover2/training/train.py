@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +28,7 @@ from tqdm.auto import tqdm
 from clover2.decoding.kernels import native_bf16
 from clover2.decoding.target import Target
 from clover2.drafts import build_draft
-from clover2.drafts.base import DraftModel
+from clover2.drafts.base import BORROWED, DraftModel
 from clover2.drafts.checkpoint import save_draft
 from clover2.drafts.config import DraftConfig
 from clover2.errors import Clover2Error
@@ -66,6 +66,12 @@ class TrainConfig:
     # steps at which the draft of that moment is also saved, with its held-out evaluation, into
     # OUT/snapshots/step_NNNNNN (a loadable draft each): the points of a learning curve
     snapshots: tuple[int, ...] = ()
+    # steps at which the whole training state (weights, optimizer, schedule, random state) is also
+    # kept, in OUT/states/step_NNNNNN.pt: a later run with another budget starts from it (`start_from`)
+    states: tuple[int, ...] = ()
+    # the share of the training sequences trained on: a fixed subset (the same for every seed and
+    # architecture), to vary the unique data at equal steps (1: all of them)
+    data_share: float = 1.0
     # drop answer tokens outside the target's top-k from the training loss (what the official code's
     # unused --label_mask option intends); held-out evaluation always counts every answer token
     label_mask: bool = False
@@ -100,8 +106,10 @@ class TrainConfig:
             raise Clover2Error(f"train config: sources must be some of {', '.join(SOURCES)}; got {self.sources!r}")
         if self.schedule not in ("constant", "linear", "cosine", "wsd"):
             raise Clover2Error(f"train config: schedule={self.schedule!r}, expected constant, linear, cosine or wsd")
-        if not 0 < self.decay_share <= 1 or any(s < 1 for s in self.snapshots):
-            raise Clover2Error(f"train config: need 0 < decay_share <= 1 and snapshot steps >= 1: {self}")
+        if not 0 < self.decay_share <= 1 or any(s < 1 for s in (*self.snapshots, *self.states)):
+            raise Clover2Error(f"train config: need 0 < decay_share <= 1 and snapshot and state steps >= 1: {self}")
+        if not 0 < self.data_share <= 1:
+            raise Clover2Error(f"train config: data_share must be in (0, 1], got {self.data_share}")
 
     def lr_factor(self, step: int, total: int) -> float:
         """The learning rate at `step` (0-based) of `total`, as a fraction of `lr`."""
@@ -111,6 +119,14 @@ class TrainConfig:
         decay = {"constant": 1.0, "linear": 1.0 - progress, "cosine": 0.5 * (1 + math.cos(math.pi * progress)),
                  "wsd": tail}
         return warm * decay[self.schedule]
+
+    def same_run_until(self, other: TrainConfig, step: int, total: int, other_total: int) -> bool:
+        """Whether a run with `other` (of `other_total` steps) trains exactly as this one (of `total`)
+        for its first `step` steps: every setting but the budget and what is saved on the way agrees,
+        and so do the two learning-rate schedules (a warmup-stable-decay run, say, before either decays)."""
+        free = {"max_steps": 0, "max_minutes": 0.0, "snapshots": (), "states": (), "eval_every": 1, "keep_best": False}
+        return replace(self, **free) == replace(other, **free) and all(
+            math.isclose(self.lr_factor(s, total), other.lr_factor(s, other_total)) for s in range(step))
 
 
 def epoch_order(epoch_idx: list[int], lengths: list[int], config: TrainConfig, epoch: int) -> np.ndarray:
@@ -132,12 +148,17 @@ def epoch_sequences(train_idx: list[int], source: list[str], self_weight: int) -
 
 
 def train(target: Target, data_dir: Path | Sequence[Path], out: Path, draft_config: DraftConfig,
-          config: TrainConfig, *, eval_dir: Path | None = None) -> dict:
+          config: TrainConfig, *, eval_dir: Path | None = None, start_from: Path | None = None) -> dict:
     """Train (or resume training) a draft into `out` on one data folder or a mix of several; returns
     the final evaluation metrics.
 
     Held-out evaluation reads `eval_dir` (the target's own answers to prompts never trained on: the
-    distribution the draft meets when decoding), or else a held-out tail of the data."""
+    distribution the draft meets when decoding), or else a held-out tail of the data.
+
+    `start_from`: a state another run kept (`TrainConfig.states`) from which this one continues, when
+    `out` holds no state of its own yet; that run must have trained exactly as this one would up to
+    there (`TrainConfig.same_run_until`): a shorter budget branching off a warmup-stable-decay run
+    before its decay is the run that would have ended there, decay included."""
     rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
     if config.batch_size % world:
         raise Clover2Error(f"batch_size {config.batch_size} is not divisible by {world} ranks")
@@ -150,6 +171,9 @@ def train(target: Target, data_dir: Path | Sequence[Path], out: Path, draft_conf
     else:
         train_idx, eval_idx = list(range(len(data.sequences))), list(range(len(eval_data.sequences)))
     train_idx = [i for i in train_idx if data.source[i] in config.sources]
+    if config.data_share < 1:  # a subset fixed by the data alone: the same for every seed and draft
+        keep = np.random.default_rng(0).permutation(len(train_idx))[:max(1, round(config.data_share * len(train_idx)))]
+        train_idx = [train_idx[i] for i in sorted(keep)]
     V = target.config.get_text_config().vocab_size
     d2t = None
     if draft_config.draft_vocab:
@@ -178,15 +202,26 @@ def train(target: Target, data_dir: Path | Sequence[Path], out: Path, draft_conf
     state = {"step": 0, "seconds": 0.0, "tokens": 0, "bf16": config.autocast_bf16}
     best: dict = {"loss": math.inf}  # the best held-out evaluation so far, with its weights (keep_best)
     ckpt = out / "checkpoint"
-    if (ckpt / "state.pt").exists():
-        saved = torch.load(ckpt / "state.pt", weights_only=False)
-        if not (same_config(saved["draft_config"], draft_config) and same_config(saved["train_config"], config)):
-            raise Clover2Error(f"{ckpt} was written with other settings; use another --out or the same settings")
-        model.load_state_dict(saved["model"])
+    if (ckpt / "state.pt").exists() or start_from is not None:
+        own = (ckpt / "state.pt").exists()
+        saved = _load_state(ckpt / "state.pt" if own else Path(start_from))
+        if not same_config(saved["draft_config"], draft_config) or (
+                own and not same_config(saved["train_config"], config)):
+            raise Clover2Error(f"{ckpt if own else start_from} was written with other settings; "
+                               "use another --out or the same settings")
+        if not own and not TrainConfig(**_tuples(saved["train_config"])).same_run_until(
+                config, saved["state"]["step"], saved["total"], total):
+            raise Clover2Error(f"{start_from}: the run that kept this state trained otherwise than this one would "
+                               f"over its first {saved['state']['step']} steps (other settings, or a learning-rate "
+                               "schedule that already differs there); start this run from scratch")
+        _load_trained(model, saved["model"])
         opt.load_state_dict(saved["optimizer"])
-        sched.load_state_dict(saved["scheduler"])
+        sched.load_state_dict(saved["scheduler"])  # its step count; the rates follow this run's own budget:
+        for group, base in zip(opt.param_groups, sched.base_lrs):  # from the very next step on
+            group["lr"] = base * config.lr_factor(sched.last_epoch, total)
         torch.set_rng_state(saved["rng"])
-        state, best = {"bf16": config.autocast_bf16} | saved["state"], saved["best"]
+        state = {"bf16": config.autocast_bf16} | saved["state"]
+        best = saved["best"] if own else {"loss": math.inf}
     ddp = torch.nn.parallel.DistributedDataParallel(model) if world > 1 else model
     log = out / "metrics.jsonl"
     provenance = {"data_hash": data.hash, "eval_data_hash": eval_data.hash, "train_config": asdict(config)}
@@ -245,13 +280,16 @@ def train(target: Target, data_dir: Path | Sequence[Path], out: Path, draft_conf
                     if state["step"] in config.snapshots:
                         save_draft(out / "snapshots" / f"step_{state['step']:06d}", model, target, draft_config,
                                    extra=provenance | {"train_state": state, "eval": ev})
-                    _save_state(ckpt, model, opt, sched, state, draft_config, config, best)
+                    _save_state(ckpt / "state.pt", model, opt, sched, state, draft_config, config, best, total)
                 metrics = ev
+            if rank == 0 and state["step"] in config.states:
+                _save_state(out / "states" / f"step_{state['step']:06d}.pt", model, opt, sched, state, draft_config,
+                            config, {"loss": math.inf}, total)
             if done:
                 break
             if stop.is_set():  # SIGTERM (`timeout`, a scheduler): keep this step, then stop resumably
                 if rank == 0:
-                    _save_state(ckpt, model, opt, sched, state, draft_config, config, best)
+                    _save_state(ckpt / "state.pt", model, opt, sched, state, draft_config, config, best, total)
                 raise Clover2Error(f"training stopped by SIGTERM after step {state['step']}; its state is in {ckpt}: "
                                    "run the same command again to resume")
     bar.close()
@@ -373,12 +411,40 @@ def _to(batch: Batch, device) -> Batch:
     return Batch(**{f: getattr(batch, f).to(device) for f in batch.__dataclass_fields__})
 
 
-def _save_state(ckpt: Path, model, opt, sched, state, draft_config, config, best) -> None:
-    """The resumable training state (with the best evaluation so far), replaced atomically."""
-    with atomic_path(ckpt / "state.pt") as tmp:
-        torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
+def _save_state(path: Path, model, opt, sched, state, draft_config, config, best, total: int) -> None:
+    """The resumable training state (with the best evaluation so far, and the run's length in steps),
+    replaced atomically. The weights borrowed from the target are left out: the draft gets them again
+    from the target when it is built."""
+    trained = {k: v for k, v in model.state_dict().items() if not k.startswith(BORROWED)}
+    with atomic_path(path) as tmp:
+        torch.save({"model": trained, "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
                     "rng": torch.get_rng_state(), "state": state, "draft_config": asdict(draft_config),
-                    "train_config": asdict(config), "best": best}, tmp)
+                    "train_config": asdict(config), "best": best, "total": total}, tmp)
+
+
+def _load_state(path: Path) -> dict:
+    """A state `_save_state` wrote, or a clear error for a file that is not one."""
+    try:
+        saved = torch.load(path, weights_only=False)
+        _ = saved["model"], saved["optimizer"], saved["state"]["step"], saved["train_config"], saved["total"]
+    except FileNotFoundError:
+        raise Clover2Error(f"{path}: no training state there") from None
+    except Exception as e:  # truncated, another format, or a state from an older clover2
+        raise Clover2Error(f"{path} is not a training state this version of clover2 wrote ({type(e).__name__}: {e}); "
+                           "train from scratch") from None
+    return saved
+
+
+def _load_trained(model: DraftModel, weights: dict) -> None:
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    if unexpected or any(not k.startswith(BORROWED) for k in missing):
+        raise Clover2Error(f"a training state that does not fit this {model.config.arch} draft "
+                           f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
+
+
+def _tuples(config: dict) -> dict:
+    """A TrainConfig's fields as JSON or torch.save kept them: lists back to tuples."""
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in config.items()}
 
 
 def _append_jsonl(path: Path, row: dict) -> None:

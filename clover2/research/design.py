@@ -1,0 +1,393 @@
+"""The designed experiment: Clover-2 against EAGLE with tuned learning rates, seeds and annealed budgets.
+
+`book/protocol.md` says what is run and how it is judged; this module runs it and keeps its state.
+A profile's `design` section (`DesignConfig`) names the arms (a draft variant of
+`clover2.research.study.VARIANTS`, a grid of learning rates, a number of seeds, the tier that says
+when it runs), the budgets and the evaluation. From those and from what has finished, `plan` lists
+every training run in the order the protocol gives: each tier's learning-rate grid (seed 0), then
+its seeds at the rate chosen on the dev measure; after the first two tiers, the learning curve and
+the half-data runs of the primary arms; then the rest.
+
+Every run is warmup-stable-decay and annealed at its own budget. The main-budget run keeps its state
+at the start of each shorter budget's decay, and the shorter run continues from there
+(`train(start_from=...)`: exactly the run that would have ended at that budget); the curve's longer
+runs continue from the main run's last stable step the same way.
+
+Runs live under `$CLOVER2_CACHE/design/<profile>/<data>/`, keyed by the data and by the run's
+settings, not by the code (a study spans sessions and commits; each run's record names its
+commit). Each finished run appends a row to `results/<profile>/runs.csv` (its budget, tokens,
+epochs, seconds, the dev measure) and, once its arm's learning rate is chosen, its replays to
+`replays.csv` (one row per prompt and tree): both are written atomically, so an interrupted study
+loses at most the run in flight, and `clover2 study run` resumes it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pandas as pd
+import torch
+
+from clover2.decoding.decode import DecodeConfig
+from clover2.decoding.prompts import first_turn_ids
+from clover2.drafts.checkpoint import SIDECAR
+from clover2.errors import Clover2Error
+from clover2.files import write_csv
+from clover2.measure.acceptance import layers_read, references, replayed_steps
+from clover2.measure.provenance import commit, machine
+from clover2.measure.tasks import load_task
+from clover2.paths import cache_root
+from clover2.training.data import DistillData
+from clover2.training.train import train
+
+if TYPE_CHECKING:
+    from clover2.research.study import Study
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One draft of the study and how it is tuned and repeated."""
+
+    variant: str  # a name of clover2.research.study.VARIANTS: the architecture and its switches
+    lrs: tuple[float, ...] = ()  # the learning-rate grid (seed 0 at the main budget; the best dev measure wins)
+    seeds: int = 3  # training seeds at the chosen rate, seed 0 (the grid's own run) included
+    tier: int = 1  # when it runs: tiers 1 and 2 before the learning curve, higher ones after it
+    lr_from: str = ""  # instead of a grid: the rate another arm chose (an ablation keeps its parent's)
+
+    def __post_init__(self):
+        if bool(self.lrs) == bool(self.lr_from) or any(lr <= 0 for lr in self.lrs) or self.seeds < 1 or self.tier < 1:
+            raise Clover2Error(f"design arm {self.variant}: give a grid of positive lrs or lr_from (not both), "
+                               f"seeds >= 1 and tier >= 1: {self}")
+
+
+@dataclass(frozen=True)
+class DesignConfig:
+    """The study's arms, budgets and evaluation (book/protocol.md)."""
+
+    arms: dict[str, Arm] = field(default_factory=dict)  # by arm name, as the tables show it
+    reference: str = "eagle1"  # the arm every primary arm is compared with
+    primary: tuple[str, ...] = ()  # the primary hypotheses: each of these against the reference
+    budgets: tuple[int, ...] = (300, 600)  # annealed budgets in steps; the last is the main one
+    curve: tuple[int, ...] = ()  # longer annealed budgets for the primary arms and the reference, seed 0
+    half_data: float = 0.0  # the primary arms and the reference at the main budget on this share of the data (0: none)
+    extend_edge: bool = True  # a grid whose best rate is at its edge gets one more value (x3) beyond it
+    n_per_task: int = 24  # evaluation prompts per task (a task's benchmark split may hold fewer)
+    max_new_tokens: int = 64
+    trees: tuple[str, ...] = ("eagle25",)  # every evaluated run
+    main_trees: tuple[str, ...] = ()  # also these, at the main budget only
+    n_boot: int = 10000
+    margin: float = 0.03  # equivalence: a ratio interval inside [1 - margin, 1 + margin]
+    smallest_claim: float = 0.01  # the paper's smallest claimed gain: an interval below 1 + this excludes it
+
+    def __post_init__(self):
+        names = set(self.arms)
+        if self.arms and (self.reference not in names or not set(self.primary) <= names):
+            raise Clover2Error(f"design: reference {self.reference!r} and primary {self.primary} must be arms: {sorted(names)}")
+        if any(a.lr_from and a.lr_from not in names for a in self.arms.values()):
+            raise Clover2Error("design: lr_from must name another arm")
+        if not self.budgets or list(self.budgets) != sorted(set(self.budgets)) or self.budgets[0] < 1:
+            raise Clover2Error(f"design: budgets must be increasing step counts >= 1: {self.budgets}")
+        if any(c <= self.main for c in self.curve) or list(self.curve) != sorted(set(self.curve)):
+            raise Clover2Error(f"design: curve budgets must increase beyond the main budget {self.main}: {self.curve}")
+        if not 0 <= self.half_data < 1 or min(self.n_per_task, self.max_new_tokens, self.n_boot) < 1:
+            raise Clover2Error(f"design: need 0 <= half_data < 1 and positive sizes: {self}")
+
+    @classmethod
+    def from_yaml(cls, raw: dict | None, where: str) -> DesignConfig:
+        raw = dict(raw or {})
+        arms = raw.pop("arms", {}) or {}
+        try:
+            parsed = {name: Arm(**{k: tuple(v) if isinstance(v, list) else v for k, v in (spec or {}).items()})
+                      for name, spec in arms.items()}
+            return cls(arms=parsed, **{k: tuple(v) if isinstance(v, list) else v for k, v in raw.items()})
+        except TypeError as e:
+            raise Clover2Error(f"{where}: {e}") from None
+
+    @property
+    def main(self) -> int:
+        return self.budgets[-1]
+
+
+@dataclass(frozen=True)
+class Run:
+    """One training run of the study: an arm at a rate, seed, budget and share of the data. A run
+    with a parent continues from the state the parent kept at `parent_step`."""
+
+    arm: str
+    lr: float
+    seed: int
+    budget: int
+    share: float = 1.0
+    parent: Run | None = None
+    parent_step: int = 0
+    states: tuple[int, ...] = ()  # the steps whose state it keeps for its children
+
+    @property
+    def name(self) -> str:
+        half = "" if self.share == 1 else f"-share{self.share:g}"
+        return f"{self.arm}/lr{self.lr:g}-s{self.seed}{half}/b{self.budget}"
+
+    @property
+    def steps(self) -> int:
+        """The steps this run trains itself (a child's first steps are its parent's)."""
+        return self.budget - self.parent_step
+
+
+def decay_start(budget: int, decay_share: float) -> int:
+    """The first step at which a warmup-stable-decay run of `budget` steps is below its full rate; a
+    run that keeps its state after this many steps is where a run of this budget can branch off."""
+    return budget - math.ceil(decay_share * budget)
+
+
+def seed_runs(design: DesignConfig, arm: str, lr: float, seed: int, decay_share: float, *,
+              share: float = 1.0, curve: bool = False) -> list[Run]:
+    """The runs of one arm, rate and seed: the main budget (keeping the states the shorter budgets
+    start from, and its last stable one, from which a longer run can continue), each shorter budget
+    branching off it, then with
+    `curve` the longest curve budget continuing from the main run's stable phase and the other curve
+    budgets branching off that."""
+    branch = {b: decay_start(b, decay_share) for b in (*design.budgets, *design.curve)}
+    shorter, longer = design.budgets[:-1], design.curve if curve else ()
+    keep = tuple(sorted({branch[b] for b in (*shorter, design.main)}))  # its own last stable step too: a longer run may continue it
+    main = Run(arm, lr, seed, design.main, share, states=keep)
+    runs = [main] + [Run(arm, lr, seed, b, share, parent=main, parent_step=branch[b]) for b in shorter]
+    if longer:
+        top = Run(arm, lr, seed, longer[-1], share, parent=main, parent_step=branch[design.main],
+                  states=tuple(branch[b] for b in longer[:-1]))
+        runs += [top] + [Run(arm, lr, seed, b, share, parent=top, parent_step=branch[b]) for b in longer[:-1]]
+    return runs
+
+
+def grid(design: DesignConfig, arm: str, dev: dict[tuple[str, float], float]) -> tuple[float, ...]:
+    """An arm's grid of rates: its own, and once it is finished, one more value (x3) beyond the edge
+    where its best sits (`extend_edge`; once only; `dev`: the dev measure of each finished (arm,
+    rate) at the main budget, seed 0)."""
+    lrs = sorted(design.arms[arm].lrs)
+    if not design.extend_edge or not all((arm, lr) in dev for lr in lrs):
+        return tuple(lrs)
+    best = max(lrs, key=lambda lr: dev[(arm, lr)])
+    if best == lrs[0]:
+        return (_round(lrs[0] / 3), *lrs)
+    if best == lrs[-1]:
+        return (*lrs, _round(lrs[-1] * 3))
+    return tuple(lrs)
+
+
+def _round(lr: float) -> float:
+    return float(f"{lr:.1g}")
+
+
+def chosen_lr(design: DesignConfig, arm: str, dev: dict[tuple[str, float], float]) -> float | None:
+    """The rate the arm trains its seeds at: the best dev measure over its finished grid; an arm with
+    `lr_from` takes that arm's choice. None until the grid is finished."""
+    spec = design.arms[arm]
+    if spec.lr_from:
+        return chosen_lr(design, spec.lr_from, dev)
+    lrs = grid(design, arm, dev)
+    if not all((arm, lr) in dev for lr in lrs):
+        return None
+    return max(lrs, key=lambda lr: dev[(arm, lr)])
+
+
+def plan(design: DesignConfig, dev: dict[tuple[str, float], float], decay_share: float) -> list[Run]:
+    """Every run known so far, in the order the study runs them (a seed's runs appear once its
+    arm's rate is chosen; the curve once the primary arms' and the reference's are)."""
+    def tier(t: int) -> list[Run]:  # its arms' grids, then their seeds at the chosen rates
+        arms = [a for a, spec in design.arms.items() if spec.tier == t]
+        runs = [r for a in arms if not design.arms[a].lr_from
+                for lr in grid(design, a, dev) for r in seed_runs(design, a, lr, 0, decay_share)]
+        for a in arms:
+            lr, spec = chosen_lr(design, a, dev), design.arms[a]
+            if lr is not None:
+                runs += [r for k in range(0 if spec.lr_from else 1, spec.seeds) for r in seed_runs(design, a, lr, k, decay_share)]
+        return runs
+
+    tiers = sorted({a.tier for a in design.arms.values()})
+    runs = [r for t in tiers if t <= 2 for r in tier(t)]
+    headline = (*design.primary, design.reference)
+    for arm in headline:
+        lr = chosen_lr(design, arm, dev)
+        if lr is None:
+            continue
+        if design.curve:  # seed 0's main run is the grid's; only the longer runs are new
+            runs += seed_runs(design, arm, lr, 0, decay_share, curve=True)[len(design.budgets):]
+        if design.half_data:
+            runs += seed_runs(design, arm, lr, 0, decay_share, share=design.half_data)[:1]  # the main budget only
+    runs += [r for t in tiers if t > 2 for r in tier(t)]
+    return list(dict.fromkeys(runs))
+
+
+def pooled_top1(evaluation: dict) -> list[float]:
+    """Each trained head's top-1 agreement on the held-out set, every category (`evaluate`'s
+    `<category>_head<k>_top1`, weighted by its `<category>_tokens`) pooled by its answer tokens."""
+    categories = [k.removesuffix("_tokens") for k in evaluation if k.endswith("_tokens") and "_head" not in k]
+    tokens = {c: evaluation[f"{c}_tokens"] for c in categories}
+    total = sum(tokens.values())
+    if not total:
+        raise Clover2Error("the evaluation holds no per-category accuracies (evaluate with the held-out set)")
+    heads = sum(1 for k in evaluation if k.startswith(f"{categories[0]}_head") and k.endswith("_top1"))
+    return [sum(evaluation[f"{c}_head{k}_top1"] * tokens[c] for c in categories) / total for k in range(heads)]
+
+
+def dev_measure(evaluation: dict) -> float:
+    """The simulated chain length 1 + sum_k prod_{i<=k} a_k (`pooled_top1`): the tokens a chain of
+    the draft's heads would accept per step if each head's agreement were independent of the others'."""
+    a = pooled_top1(evaluation)
+    return 1.0 + sum(math.prod(a[:k + 1]) for k in range(len(a)))
+
+class Experiment:
+    """The study of a profile with a `design` section, on that profile's target and data (`study`,
+    a `clover2.research.study.Study`): its runs' folders, what is done, and the next thing to do."""
+
+    def __init__(self, study: Study):
+        self.study, self.design = study, study.profile.design
+        if not self.design.arms:
+            raise Clover2Error(f"profile {study.profile.name!r} has no design section: nothing to run "
+                               "(the study's profile is `study`)")
+        if study.profile.train.schedule != "wsd":
+            raise Clover2Error(f"profile {study.profile.name!r}: the study's budgets branch off warmup-stable-decay "
+                               f"runs; set train.schedule: wsd (it is {study.profile.train.schedule!r})")
+        self.decay_share = study.profile.train.decay_share
+        self.runs_csv, self.replays_csv = study.results / "runs.csv", study.results / "replays.csv"
+
+    @property
+    def root(self) -> Path:
+        """The runs' folders: keyed by the profile and the data (its folder's name holds its hash)."""
+        return cache_root() / "design" / self.study.profile.name / self.study.data_dir.name
+
+    def folder(self, run: Run) -> Path:
+        return self.root / run.name
+
+    def configs(self, run: Run):
+        """The draft and training settings of a run: the arm's variant on the profile, with the run's
+        rate, seed, budget, kept states and share of the data."""
+        variant = self.design.arms[run.arm].variant
+        recipe = replace(self.study._train_config(variant), lr=run.lr, seed=run.seed, max_steps=run.budget,
+                         states=run.states, data_share=run.share, snapshots=())
+        return self.study._draft_config(variant), recipe
+
+    def records(self) -> pd.DataFrame:
+        return pd.read_csv(self.runs_csv) if self.runs_csv.exists() else pd.DataFrame(columns=["run"])
+
+    def replayed(self) -> set[tuple[str, str]]:
+        if not self.replays_csv.exists():
+            return set()
+        done = pd.read_csv(self.replays_csv, usecols=["run", "tree"]).drop_duplicates()
+        return set(zip(done.run, done.tree))
+
+    def dev(self) -> dict[tuple[str, float], float]:
+        """The dev measure of every finished grid run: (arm, rate) at the main budget, seed 0, all the data."""
+        r = self.records()
+        if r.empty:
+            return {}
+        r = r[(r.seed == 0) & (r.budget == self.design.main) & (r.share == 1)]
+        return {(a, float(lr)): float(d) for a, lr, d in zip(r.arm, r.lr, r.dev)}
+
+    def plan(self) -> list[Run]:
+        return plan(self.design, self.dev(), self.decay_share)
+
+    def trees(self, run: Run, dev: dict) -> tuple[str, ...]:
+        """The trees a run is replayed on: none before its arm's rate is chosen or at another rate;
+        the main trees too at the main budget on all the data."""
+        if chosen_lr(self.design, run.arm, dev) != run.lr:
+            return ()
+        main = run.budget == self.design.main and run.share == 1
+        return tuple(dict.fromkeys((*self.design.trees, *(self.design.main_trees if main else ()))))
+
+    def next_step(self) -> bool:
+        """Do the next thing the study needs (train a run, or replay a finished one) and say whether
+        there was one: the first run of `plan` not yet trained or replayed."""
+        dev, done, replayed = self.dev(), set(self.records().run), self.replayed()
+        for run in self.plan():
+            if run.name not in done:
+                self.train(run)
+                return True
+            todo = [t for t in self.trees(run, dev) if (run.name, t) not in replayed]
+            if todo:
+                self.replay(run, todo)
+                return True
+        return False
+
+    def run(self) -> None:
+        """Everything left, in order; each step resumes where an interrupted one stopped."""
+        while self.next_step():
+            pass
+
+    def train(self, run: Run) -> None:
+        """Train a run (continuing from its parent's kept state), then record it."""
+        if run.parent is not None and run.parent.name not in set(self.records().run):
+            self.train(run.parent)
+        out = self.folder(run)
+        if not (out / SIDECAR).exists():
+            draft_config, recipe = self.configs(run)
+            start = None if run.parent is None else self.folder(run.parent) / "states" / f"step_{run.parent_step:06d}.pt"
+            self.study.prepare_data()
+            train(self.study.target, self.study.data_dir, out, draft_config, recipe, eval_dir=self.study.eval_dir,
+                  start_from=start)
+        self._record(run)
+
+    def _record(self, run: Run) -> None:
+        meta = json.loads((self.folder(run) / SIDECAR).read_text())
+        _, recipe = self.configs(run)
+        data = DistillData(self.study.data_dir)
+        sequences = sum(1 for s in data.source if s in recipe.sources)  # the training mix's sequences (held-out apart)
+        sequences = max(1, round(run.share * sequences))
+        state, ev = meta["train_state"], meta["eval"]
+        row = {"run": run.name, "arm": run.arm, "variant": self.design.arms[run.arm].variant, "lr": run.lr,
+               "seed": run.seed, "budget": run.budget, "share": run.share, "tokens": state["tokens"],
+               "epochs": round(run.budget * recipe.batch_size / sequences, 3), "train_seconds": state["seconds"],
+               "seconds_per_step": state["seconds"] / run.budget, "dev": dev_measure(ev),
+               **{f"top1_head{k}": a for k, a in enumerate(pooled_top1(ev))},
+               "weights_sha256": meta["weights_sha256"], "commit": commit(), "cpu": machine()["cpu_name"],
+               "finished": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+        records = self.records()
+        write_csv(self.runs_csv, pd.concat([records[records.run != run.name], pd.DataFrame([row])], ignore_index=True))
+
+    def prompts(self) -> list[tuple[str, list[int]]]:
+        """The evaluation set: `n_per_task` benchmark-split prompts of each of the profile's tasks (all
+        of a task's split where it holds fewer)."""
+        records = [r for t in self.study.profile.bench.tasks for r in load_task(t, self.design.n_per_task)]
+        return [(r.category, first_turn_ids(self.study.target, r)) for r in records]
+
+    def replay(self, run: Run, trees: tuple[str, ...] | list[str]) -> None:
+        """Replay a finished run's draft on the evaluation set (greedy, untimed) and add its rows."""
+        prompts = self.prompts()
+        archs = sorted({self.study._draft_config(a.variant).arch for a in self.design.arms.values()})
+        refs = references(self.study.target, prompts, DecodeConfig(max_new_tokens=self.design.max_new_tokens),
+                          self.root / "references.pt", layers=layers_read(self.study.target, archs))
+        rows = replayed_steps(self.study.target, {run.name: self.folder(run)}, prompts, refs, trees=list(trees))
+        rows = rows.rename(columns={"draft": "run"}).assign(arm=run.arm, lr=run.lr, seed=run.seed,
+                                                            budget=run.budget, share=run.share)
+        old = pd.read_csv(self.replays_csv) if self.replays_csv.exists() else rows.iloc[:0]
+        old = old[~((old.run == run.name) & old.tree.isin(trees))]
+        write_csv(self.replays_csv, pd.concat([old, rows], ignore_index=True))
+
+    def status(self) -> pd.DataFrame:
+        """One row per run of the plan so far: done, partial (the step its checkpoint holds) or to do,
+        the trees still to replay, and its steps; seeds still waiting for their arm's rate are listed
+        with no rate."""
+        dev, records, replayed = self.dev(), self.records(), self.replayed()
+        done = set(records.run)
+        rows = []
+        for run in self.plan():
+            ckpt = self.folder(run) / "checkpoint" / "state.pt"
+            state = "done" if run.name in done else (f"at step {_step(ckpt)}" if ckpt.exists() else "to do")
+            rows.append({"run": run.name, "arm": run.arm, "lr": run.lr, "seed": run.seed, "budget": run.budget,
+                         "share": run.share, "steps": run.steps, "state": state,
+                         "to_replay": " ".join(t for t in self.trees(run, dev) if (run.name, t) not in replayed)})
+        listed = {(r["arm"], r["seed"]) for r in rows}
+        for arm, spec in self.design.arms.items():
+            if chosen_lr(self.design, arm, dev) is None:
+                rows += [{"run": f"{arm}/(rate to be chosen)-s{k}", "arm": arm, "lr": math.nan, "seed": k,
+                          "budget": self.design.main, "share": 1.0, "steps": math.nan, "state": "waits for the grid",
+                          "to_replay": ""} for k in range(1, spec.seeds) if (arm, k) not in listed]
+        return pd.DataFrame(rows)
+
+
+def _step(checkpoint: Path) -> int:
+    return int(torch.load(checkpoint, weights_only=False)["state"]["step"])

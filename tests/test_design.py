@@ -1,0 +1,129 @@
+"""The designed study: its plan (grids, chosen rates, seeds, branches, the curve), the dev measure, and
+a whole small study on a tiny target that trains, records, replays, resumes and says where it stands."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pandas as pd
+import pytest
+import torch
+from conftest import tiny_target
+from test_training import fake_data
+
+from clover2.errors import Clover2Error
+from clover2.profiles import load_profile
+from clover2.research.design import Arm, DesignConfig, Experiment, chosen_lr, decay_start, dev_measure, grid, plan
+from clover2.research.study import Study
+
+DESIGN = DesignConfig(arms={"c2": Arm("clover2", lrs=(1e-3, 3e-3), seeds=2), "e1": Arm("eagle1", lrs=(1e-3, 3e-3), seeds=2),
+                            "abl": Arm("clover2-no-projector", lr_from="c2", seeds=1, tier=3)},
+                      reference="e1", primary=("c2",), budgets=(5, 10), curve=(20,), half_data=0.5,
+                      n_per_task=1, max_new_tokens=6, main_trees=("chain1",), n_boot=50)
+
+
+def test_the_shipped_study_profile_is_the_protocols_design():
+    design = load_profile("study").design
+    assert design.primary == ("clover2-official", "clover2") and design.reference == "eagle1"
+    assert design.arms["clover2-official"].variant == "clover2-value-gain-1"
+    assert all(len(design.arms[a].lrs) >= 3 and design.arms[a].seeds >= 5 for a in (*design.primary, "eagle1"))
+    assert design.main == 600 and load_profile("study").train.schedule == "wsd"
+
+
+def test_a_plan_runs_each_grid_then_the_seeds_at_the_chosen_rate_then_the_curve():
+    runs = plan(DESIGN, {}, 0.2)
+    assert [r.name for r in runs] == ["c2/lr0.001-s0/b10", "c2/lr0.001-s0/b5", "c2/lr0.003-s0/b10", "c2/lr0.003-s0/b5",
+                                      "e1/lr0.001-s0/b10", "e1/lr0.001-s0/b5", "e1/lr0.003-s0/b10", "e1/lr0.003-s0/b5"]
+    main, short = runs[:2]
+    assert decay_start(5, 0.2) == 4 and main.states == (4, 8) and (short.parent, short.parent_step, short.steps) == (main, 4, 1)
+    dev = {("c2", 1e-3): 1.4, ("c2", 3e-3): 1.3, ("e1", 1e-3): 1.2, ("e1", 3e-3): 1.25}
+    fixed = replace(DESIGN, extend_edge=False)
+    assert chosen_lr(fixed, "c2", dev) == 1e-3 and chosen_lr(fixed, "abl", dev) == 1e-3 and chosen_lr(fixed, "e1", {}) is None
+    names = [r.name for r in plan(fixed, dev, 0.2)]
+    assert names[8:] == ["c2/lr0.001-s1/b10", "c2/lr0.001-s1/b5", "e1/lr0.003-s1/b10", "e1/lr0.003-s1/b5",
+                         "c2/lr0.001-s0/b20", "c2/lr0.001-s0-share0.5/b10",
+                         "e1/lr0.003-s0/b20", "e1/lr0.003-s0-share0.5/b10", "abl/lr0.001-s0/b10", "abl/lr0.001-s0/b5"]
+    long = plan(fixed, dev, 0.2)[12]
+    assert long.parent == main and long.parent_step == 8 and long.steps == 12  # continues the main run's stable phase
+    # an edge winner extends the grid by one value beyond it, and the choice waits for that run
+    assert grid(DESIGN, "c2", dev) == (3e-4, 1e-3, 3e-3) and chosen_lr(DESIGN, "c2", dev) is None
+    assert grid(DESIGN, "e1", dev) == (1e-3, 3e-3, 9e-3)
+    assert chosen_lr(DESIGN, "c2", dev | {("c2", 3e-4): 1.1}) == 1e-3
+    assert grid(DESIGN, "c2", dev | {("c2", 3e-4): 1.5}) == (3e-4, 1e-3, 3e-3)  # extended once only
+    assert chosen_lr(DESIGN, "c2", dev | {("c2", 3e-4): 1.5}) == 3e-4
+
+
+@pytest.mark.parametrize("bad, match", [({"reference": "x"}, "must be arms"), ({"budgets": (10, 5)}, "increasing"),
+                                        ({"curve": (8,)}, "beyond the main"), ({"half_data": 1.0}, "half_data")])
+def test_a_nonsense_design_is_refused(bad, match):
+    with pytest.raises(Clover2Error, match=match):
+        replace(DESIGN, **bad)
+    with pytest.raises(Clover2Error, match="lrs or lr_from"):
+        Arm("clover2", lrs=(1e-3,), lr_from="c2")
+
+
+def test_the_dev_measure_is_the_chain_length_of_the_pooled_head_accuracies():
+    ev = {"qa_tokens": 30.0, "qa_head0_top1": 0.5, "qa_head1_top1": 0.2,
+          "sharegpt_tokens": 10.0, "sharegpt_head0_top1": 0.9, "sharegpt_head1_top1": 0.6, "head0_top1": 0.1}
+    a0, a1 = (30 * 0.5 + 10 * 0.9) / 40, (30 * 0.2 + 10 * 0.6) / 40
+    assert dev_measure(ev) == pytest.approx(1 + a0 + a0 * a1)
+    with pytest.raises(Clover2Error, match="per-category"):
+        dev_measure({"head0_top1": 0.5})
+
+
+class _Study(Study):
+    """A Study on fake data (no ShareGPT labelling), for a tiny target."""
+
+    data: object = None
+
+    @property
+    def data_dir(self):
+        return self.data
+
+    @property
+    def eval_dir(self):
+        return self.data
+
+    def prepare_data(self):
+        return {}
+
+
+def test_a_small_study_trains_records_replays_and_resumes(tmp_path, monkeypatch):
+    monkeypatch.setenv("CLOVER2_CACHE", str(tmp_path / "cache"))
+    target = tiny_target("llama")
+    smoke = load_profile("smoke")
+    prof = replace(smoke, name="tiny-study", design=replace(DESIGN, curve=(), half_data=0.0, extend_edge=False, arms={
+        k: v for k, v in DESIGN.arms.items() if k != "abl"}),
+        train=replace(smoke.train, schedule="wsd", eval_every=100, max_len=32, batch_size=4), draft={"draft_vocab": 48})
+    study = _Study(profile=prof, target=target, results=tmp_path / "results")
+    study.data = fake_data(tmp_path / "data", target)
+    experiment = Experiment(study)
+    monkeypatch.setattr(Experiment, "prompts", lambda self: [("qa", [1, 2, 3, 4]), ("mt_bench", [5, 6, 7])])
+    for _ in range(3):  # the c2 grid's two runs at the first rate, then the second rate's main run
+        assert experiment.next_step()
+    status = experiment.status()
+    assert status.state.tolist()[:4] == ["done", "done", "done", "to do"]
+    # c2's grid has both main-budget runs: its rate is chosen and its seed 1 is planned; e1's waits
+    assert set(status[status.state == "waits for the grid"].arm) == {"e1"} and (status.arm == "c2").sum() == 6
+    experiment.run()
+    runs, replays = pd.read_csv(study.results / "runs.csv"), pd.read_csv(study.results / "replays.csv")
+    assert len(runs) == 12 and set(experiment.status().state) == {"done"}
+    chosen = {a: chosen_lr(prof.design, a, experiment.dev()) for a in ("c2", "e1")}
+    evaluated = runs[runs.lr == runs.arm.map(chosen)]
+    assert set(replays.run) == set(evaluated.run)
+    assert len(replays) == 2 * (len(evaluated) + (evaluated.budget == 10).sum())  # two prompts; chain1 at the main budget
+    assert (runs.epochs > 0).all() and runs.dev.between(1, 3).all() and {"top1_head0", "cpu", "commit"} <= set(runs)
+    assert not experiment.next_step()  # nothing left: the study is finished
+    branch = runs.set_index("run").loc["c2/lr0.001-s0/b5"]
+    assert branch.budget == 5 and branch.tokens < runs.set_index("run").loc["c2/lr0.001-s0/b10"].tokens
+    kept = torch.load(experiment.folder(experiment.plan()[0]) / "states" / "step_000004.pt", weights_only=False)
+    assert kept["state"]["step"] == 4
+
+
+def test_a_profile_without_a_design_or_with_another_schedule_is_refused(tmp_path):
+    smoke = load_profile("smoke")
+    study = _Study(profile=smoke, target=tiny_target("llama"), results=tmp_path)
+    with pytest.raises(Clover2Error, match="no design section"):
+        Experiment(study)
+    with pytest.raises(Clover2Error, match="warmup-stable-decay"):
+        Experiment(replace(study, profile=replace(smoke, design=DESIGN)))
