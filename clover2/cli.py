@@ -150,8 +150,10 @@ def _parser() -> argparse.ArgumentParser:
     s.set_defaults(func=_notebooks)
 
     s = sub.add_parser("study", help="the designed study (book/protocol.md): run what is left, or say what is done")
-    s.add_argument("action", choices=["run", "status"],
-                   help="run: train and replay every run still to do, in order, resuming; status: one line per run")
+    s.add_argument("action", choices=["run", "status", "report", "publish", "check"],
+                   help="run: train and replay every run still to do, in order, resuming; status: one line per run; "
+                        "report: the results page and its tables from what has finished; publish: seed 0 of each arm "
+                        "into RESULTS/<profile>/drafts (bf16); check: replay the published drafts against their committed tau")
     s.add_argument("--profile", default="study", help="a profile with a design section")
     s.add_argument("--results", type=Path, help="results root (default: $CLOVER2_RESULTS, else ./results)")
     s.set_defaults(func=_study)
@@ -342,13 +344,39 @@ def _curves(args):
 
 
 def _study(args):
+    import pandas as pd
+
+    from clover2.files import write_csv, write_text
+    from clover2.measure.provenance import machine
     from clover2.research.design import Experiment
     from clover2.research.study import Study
+    from clover2.research.verdicts import analyze, page
 
     experiment = Experiment(Study.open(args.profile, results=args.results / args.profile if args.results else None))
     if args.action == "run":
         experiment.run()
+    if args.action == "publish":
+        for folder in experiment.publish():
+            print(folder)
+        return
+    if args.action == "check":
+        table = experiment.check_published()
+        print(table.to_string(index=False))
+        if not table.empty and (table.difference.abs() > 0.01).any():
+            raise Clover2Error("a published draft's tau differs from the committed one by more than 0.01")
+        return
     table = experiment.status()
+    if args.action == "report":
+        runs = experiment.records()
+        replays = pd.read_csv(experiment.replays_csv) if experiment.replays_csv.exists() else pd.DataFrame()
+        tables = analyze(experiment.design, runs, replays, experiment.dev())
+        for name, df in tables.items():
+            write_csv(experiment.study.results / f"{name}.csv", df)
+        cpus = ", ".join(sorted(set(runs.cpu))) if len(runs) else machine()["cpu_name"]
+        commits = ", ".join(sorted(set(runs.commit))) if len(runs) else "-"
+        write_text(experiment.study.results / "README.md", page(experiment.design, tables, table, machine=cpus, commits=commits))
+        print(experiment.study.results / "README.md")
+        return
     print(table.to_string(index=False))
     left = table[table.state != "done"]
     print(f"{len(table) - len(left)} of {len(table)} runs done; {int(left.steps.sum())} training steps left "

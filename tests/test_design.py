@@ -9,12 +9,15 @@ import pandas as pd
 import pytest
 import torch
 from conftest import tiny_target
+from safetensors.torch import load_file
 from test_training import fake_data
 
+from clover2.drafts.checkpoint import load_draft
 from clover2.errors import Clover2Error
 from clover2.profiles import load_profile
 from clover2.research.design import Arm, DesignConfig, Experiment, chosen_lr, decay_start, dev_measure, grid, plan
 from clover2.research.study import Study
+from clover2.research.verdicts import analyze, page
 
 DESIGN = DesignConfig(arms={"c2": Arm("clover2", lrs=(1e-3, 3e-3), seeds=2), "e1": Arm("eagle1", lrs=(1e-3, 3e-3), seeds=2),
                             "abl": Arm("clover2-no-projector", lr_from="c2", seeds=1, tier=3)},
@@ -118,6 +121,19 @@ def test_a_small_study_trains_records_replays_and_resumes(tmp_path, monkeypatch)
     assert branch.budget == 5 and branch.tokens < runs.set_index("run").loc["c2/lr0.001-s0/b10"].tokens
     kept = torch.load(experiment.folder(experiment.plan()[0]) / "states" / "step_000004.pt", weights_only=False)
     assert kept["state"]["step"] == 4
+    # the results page and its tables come from the records alone
+    tables = analyze(prof.design, runs, replays, experiment.dev())
+    assert {"grid", "spread", "verdicts", "power", "curve", "fits"} <= set(tables)
+    assert tables["verdicts"].family.iloc[0] == "primary" and tables["grid"].chosen.sum() == 2
+    text = page(prof.design, tables, experiment.status(), machine="a test CPU", commits="abc")
+    assert "**c2 / e1**" in text and "Every planned run is done." in text
+    # seed 0 of each arm published in bf16, loadable, and replayed against its committed tau
+    published = experiment.publish()
+    assert [p.name for p in published] == ["c2", "e1"]
+    assert {v.dtype for v in load_file(published[0] / "draft.safetensors").values() if v.is_floating_point()} == {torch.bfloat16}
+    load_draft(published[0], target)
+    check = experiment.check_published()
+    assert check.arm.tolist() == ["c2", "e1"] and check.difference.abs().max() < 0.5
 
 
 def test_a_profile_without_a_design_or_with_another_schedule_is_refused(tmp_path):

@@ -32,12 +32,13 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 import torch
+from safetensors.torch import load_file, save_file
 
 from clover2.decoding.decode import DecodeConfig
 from clover2.decoding.prompts import first_turn_ids
-from clover2.drafts.checkpoint import SIDECAR
+from clover2.drafts.checkpoint import SIDECAR, WEIGHTS, load_draft
 from clover2.errors import Clover2Error
-from clover2.files import write_csv
+from clover2.files import atomic_path, sha256_file, write_csv, write_json
 from clover2.measure.acceptance import layers_read, references, replayed_steps
 from clover2.measure.provenance import commit, machine
 from clover2.measure.tasks import load_task
@@ -357,15 +358,64 @@ class Experiment:
     def replay(self, run: Run, trees: tuple[str, ...] | list[str]) -> None:
         """Replay a finished run's draft on the evaluation set (greedy, untimed) and add its rows."""
         prompts = self.prompts()
-        archs = sorted({self.study._draft_config(a.variant).arch for a in self.design.arms.values()})
-        refs = references(self.study.target, prompts, DecodeConfig(max_new_tokens=self.design.max_new_tokens),
-                          self.root / "references.pt", layers=layers_read(self.study.target, archs))
+        refs = self._references(prompts)
         rows = replayed_steps(self.study.target, {run.name: self.folder(run)}, prompts, refs, trees=list(trees))
         rows = rows.rename(columns={"draft": "run"}).assign(arm=run.arm, lr=run.lr, seed=run.seed,
                                                             budget=run.budget, share=run.share)
         old = pd.read_csv(self.replays_csv) if self.replays_csv.exists() else rows.iloc[:0]
         old = old[~((old.run == run.name) & old.tree.isin(trees))]
         write_csv(self.replays_csv, pd.concat([old, rows], ignore_index=True))
+
+    def published(self) -> Path:
+        return self.study.results / "drafts"
+
+    def publish(self) -> list[Path]:
+        """Seed 0 of every arm with a grid at the main budget, on all the data, at its chosen rate,
+        copied to results/<profile>/drafts/<arm>/ with bf16 weights (its settings, the target's
+        fingerprint, the weights' SHA-256 and its record from runs.csv beside them): what a reader loads
+        with `load_draft` or `clover2 generate --draft`. Arms not finished yet are skipped."""
+        dev, records, out = self.dev(), self.records().set_index("run"), []
+        for arm, spec in self.design.arms.items():
+            lr = chosen_lr(self.design, arm, dev)
+            run = None if spec.lr_from or lr is None else seed_runs(self.design, arm, lr, 0, self.decay_share)[0]
+            if run is None or run.name not in records.index:
+                continue
+            source, dest = self.folder(run), self.published() / arm
+            weights = {k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in load_file(source / WEIGHTS).items()}
+            with atomic_path(dest) as tmp:
+                tmp.mkdir(parents=True)
+                save_file(weights, tmp / WEIGHTS)
+                meta = json.loads((source / SIDECAR).read_text())
+                meta |= {"weights_sha256": sha256_file(tmp / WEIGHTS), "weights_dtype": "bfloat16", "run": run.name,
+                         "record": json.loads(records.loc[run.name].to_json())}
+                write_json(tmp / SIDECAR, meta)
+            out.append(dest)
+        return out
+
+    def check_published(self) -> pd.DataFrame:
+        """Replay every published draft on the evaluation set (25-node tree) and set its tau beside the
+        committed one of the run it came from: one row per draft, with the difference."""
+        committed = pd.read_csv(self.replays_csv)
+        rows = []
+        for folder in sorted(p.parent for p in self.published().glob(f"*/{SIDECAR}")):
+            meta = json.loads((folder / SIDECAR).read_text())
+            prompts, tree = self.prompts(), self.design.trees[0]
+            refs = self._references(prompts)
+            fresh = replayed_steps(self.study.target, {folder.name: load_draft(folder, self.study.target)}, prompts, refs,
+                                   trees=[tree])
+            old = committed[(committed.run == meta["run"]) & (committed.tree == tree)]
+            rows.append({"arm": folder.name, "run": meta["run"], "tree": tree,
+                         "committed_tau": old.tokens.sum() / old.steps.sum(),
+                         "published_tau": fresh.tokens.sum() / fresh.steps.sum()})
+        out = pd.DataFrame(rows)
+        if not out.empty:
+            out["difference"] = out.published_tau - out.committed_tau
+        return out
+
+    def _references(self, prompts):
+        archs = sorted({self.study._draft_config(a.variant).arch for a in self.design.arms.values()})
+        return references(self.study.target, prompts, DecodeConfig(max_new_tokens=self.design.max_new_tokens),
+                          self.root / "references.pt", layers=layers_read(self.study.target, archs))
 
     def status(self) -> pd.DataFrame:
         """One row per run of the plan so far: done, partial (the step its checkpoint holds) or to do,

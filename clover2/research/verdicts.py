@@ -1,0 +1,313 @@
+"""The designed study's statistics (book/protocol.md): tau ratios with intervals over training seeds and
+prompts together, Holm's correction within each family, the protocol's decision rules, the power the
+finished seeds give, and the learning curve's fits.
+
+`cells` turns the replays (`clover2.research.design`, `replays.csv`) into one (seeds x prompts) table
+of tokens and of target forwards per arm, budget, share of the data and tree. `bootstrap` resamples
+them two levels deep: the prompts once per resample, shared by every cell (paired by prompt), and each
+arm's seeds on their own, shared by that arm's cells (the 300-step draft of a seed is a branch of the
+same seed's 600-step run). A cell's tau is the mean over its seeds of each seed's tokens / forwards
+pooled over the prompts; a comparison is the ratio of two cells' taus, its interval the percentiles
+of the resampled ratios, its p-value twice the smaller tail beyond 1.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import curve_fit
+from scipy.stats import norm
+
+from clover2.errors import Clover2Error
+from clover2.research.design import DesignConfig, chosen_lr
+from clover2.research.paper import PAPER_ANSWER_TOKENS
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One arm's replays at one budget, share and tree: tokens and forwards per seed (rows) and prompt."""
+
+    arm: str
+    seeds: tuple[int, ...]
+    tokens: np.ndarray
+    steps: np.ndarray
+
+    def tau(self) -> float:
+        return float((self.tokens.sum(1) / self.steps.sum(1)).mean())
+
+
+Key = tuple[str, int, float, str]  # arm, budget, share, tree
+
+
+def cells(replays: pd.DataFrame, design: DesignConfig, dev: dict) -> dict[Key, Cell]:
+    """Every (arm, budget, share, tree) the replays hold at the arm's chosen rate, as a Cell whose
+    prompts are in one order for all (a cell missing a prompt another has is an error: a replay
+    interrupted between prompts)."""
+    chosen = {a: chosen_lr(design, a, dev) for a in design.arms}
+    r = replays[[math.isclose(lr, chosen.get(a) or -1) for a, lr in zip(replays.arm, replays.lr)]]
+    prompts = sorted(set(r.prompt))
+    out = {}
+    for (arm, budget, share, tree), g in r.groupby(["arm", "budget", "share", "tree"]):
+        tokens = g.pivot_table(index="seed", columns="prompt", values="tokens", aggfunc="sum")
+        steps = g.pivot_table(index="seed", columns="prompt", values="steps", aggfunc="sum")
+        if list(tokens.columns) != prompts or tokens.isna().any().any():
+            raise Clover2Error(f"replays of {arm} at {budget} steps on {tree} do not cover every prompt")
+        out[(arm, int(budget), float(share), tree)] = Cell(arm, tuple(int(s) for s in tokens.index),
+                                                           tokens.to_numpy(float), steps.to_numpy(float))
+    return out
+
+
+def bootstrap(cells: dict[Key, Cell], n_boot: int, seed: int = 0) -> dict[Key, np.ndarray]:
+    """Each cell's tau in `n_boot` two-level resamples (prompts shared by all cells, seeds shared
+    within an arm: a seed drawn for an arm is drawn for each of its cells that has it)."""
+    rng = np.random.default_rng(seed)
+    n_prompts = next(iter(cells.values())).tokens.shape[1]
+    prompt_w = rng.multinomial(n_prompts, np.full(n_prompts, 1 / n_prompts), size=n_boot).T  # prompts x n_boot
+    seed_w = {}
+    for arm in sorted({c.arm for c in cells.values()}):
+        seeds = sorted({s for c in cells.values() if c.arm == arm for s in c.seeds})
+        seed_w[arm] = dict(zip(seeds, rng.multinomial(len(seeds), np.full(len(seeds), 1 / len(seeds)), size=n_boot).T))
+    out = {}
+    for key, c in cells.items():
+        per_seed = (c.tokens @ prompt_w) / (c.steps @ prompt_w)  # seeds x n_boot
+        w = np.stack([seed_w[c.arm][s] for s in c.seeds]).astype(float)
+        empty = w.sum(0) == 0  # a resample that drew none of this cell's seeds (when it lacks some of the arm's)
+        w[:, empty] = 1.0
+        out[key] = (per_seed * w).sum(0) / w.sum(0)
+    return out
+
+
+def compare(point: float, draws: np.ndarray, level: float) -> dict:
+    """A ratio's point value, its percentile interval at `level` and two-sided bootstrap p-value (against 1)."""
+    lo, hi = np.quantile(draws, [(1 - level) / 2, (1 + level) / 2])
+    p = min(1.0, 2 * min((draws <= 1).mean(), (draws >= 1).mean()))
+    return {"ratio": point, "lo": float(lo), "hi": float(hi), "level": level, "p": max(p, 1 / len(draws))}
+
+
+def holm(p: Sequence[float]) -> np.ndarray:
+    """Holm's step-down adjusted p-values (family-wise error), in the order given."""
+    p = np.asarray(p, float)
+    order = np.argsort(p)
+    adjusted = np.minimum(1.0, np.maximum.accumulate(p[order] * (len(p) - np.arange(len(p)))))
+    out = np.empty_like(adjusted)
+    out[order] = adjusted
+    return out
+
+
+def primary_verdict(lo: float, hi: float, margin: float, smallest_claim: float) -> str:
+    """The protocol's rule for a primary comparison, on its interval (taken in this order)."""
+    if lo > 1:
+        return "reproduced: Clover-2 ahead"
+    if hi < 1:
+        return "not reproduced: the rival ahead"
+    if lo >= 1 - margin and hi <= 1 + margin:
+        return ("not reproduced: equivalent within {:.0%}, the paper's smallest gain excluded" if hi < 1 + smallest_claim
+                else "equivalent within {:.0%}").format(margin)
+    return "inconclusive at this power"
+
+
+def secondary_verdict(ratio: float, p_holm: float, alpha: float = 0.05) -> str:
+    if p_holm >= alpha:
+        return "no difference shown"
+    return "ahead" if ratio > 1 else "behind"
+
+
+def comparisons(design: DesignConfig, table: dict[Key, Cell]) -> list[dict]:
+    """The protocol's families: each a list of (name, numerator key, denominator key) whose cells exist;
+    the budget family compares a primary ratio at the shorter budget with the main one."""
+    main, half = design.main, design.budgets[0]
+    ref = design.reference
+    rivals = [a for a, s in design.arms.items() if s.tier == 2]
+    parts = [a for a, s in design.arms.items() if s.lr_from]
+    key = lambda arm, budget=main, tree="eagle25": (arm, budget, 1.0, tree)  # noqa: E731
+    dynamic = [t for t in design.main_trees]
+    families = {
+        "primary": [(f"{a} / {ref}", key(a), key(ref)) for a in design.primary],
+        "architectures": [(f"{a} / {r}", key(a), key(r)) for a in design.primary for r in rivals],
+        "value gain": [(f"{b} / {a}", key(b), key(a)) for a, b in zip(design.primary, design.primary[1:])],
+        "budget": [(f"{a} / {ref}: {main} steps over {half}", (key(a), key(ref)), (key(a, half), key(ref, half)))
+                   for a in design.primary] if half != main else [],
+        "tree": [(f"{a} / {ref}", key(a, tree=t), key(ref, tree=t)) for a in design.primary for t in dynamic],
+        "parts": [(f"{a} / {design.arms[a].lr_from}", key(a), key(design.arms[a].lr_from)) for a in parts],
+    }
+    present = lambda k: all(x in table for x in (k if isinstance(k[0], tuple) else (k,)))  # noqa: E731
+    return [{"family": f, "comparison": n, "num": a, "den": b} for f, rows in families.items()
+            for n, a, b in rows if present(a) and present(b)]
+
+
+def verdicts(design: DesignConfig, table: dict[Key, Cell], *, seed: int = 0) -> pd.DataFrame:
+    """Every comparison the finished replays allow, one row each: its family, ratio, interval (97.5% for
+    the primary family's two, Bonferroni; 95% otherwise), p-value, Holm's within its family, verdict,
+    and the seeds and prompts behind it."""
+    draws = bootstrap(table, design.n_boot, seed)
+    point = {k: c.tau() for k, c in table.items()}
+    rows = []
+    for c in comparisons(design, table):
+        def value(k, source):
+            if isinstance(k[0], tuple):  # a ratio of two cells
+                return source[k[0]] / source[k[1]]
+            return source[k]
+        level = 1 - 0.05 / len(design.primary) if c["family"] == "primary" else 0.95
+        num, den = c["num"], c["den"]
+        stats = compare(value(num, point) / value(den, point), value(num, draws) / value(den, draws), level)
+        first = num[0] if isinstance(num[0], tuple) else num
+        other = den[0] if isinstance(den[0], tuple) else den
+        rows.append({"family": c["family"], "comparison": c["comparison"], "tree": first[3], "budget": first[1],
+                     **stats, "seeds": f"{len(table[first].seeds)} vs {len(table[other].seeds)}",
+                     "prompts": table[first].tokens.shape[1]})
+    out = pd.DataFrame(rows)
+    if out.empty:
+        return out
+    out["p_holm"] = out.groupby("family").p.transform(lambda p: holm(p.to_numpy()))
+    out["verdict"] = [primary_verdict(r.lo, r.hi, design.margin, design.smallest_claim) if r.family == "primary"
+                      else secondary_verdict(r.ratio, r.p_holm) for r in out.itertuples()]
+    return out
+
+
+def spread(table: dict[Key, Cell]) -> pd.DataFrame:
+    """Per cell: its seeds' mean tau, their standard deviation (seed to seed), and the mean half-width of
+    one seed's 95% interval over prompts (prompt to prompt, from each seed's per-prompt ratio variance)."""
+    rows = []
+    for (arm, budget, share, tree), c in table.items():
+        per_seed = c.tokens.sum(1) / c.steps.sum(1)
+        n = c.tokens.shape[1]
+        # delta-method standard error of a ratio of sums, per seed
+        resid = c.tokens - per_seed[:, None] * c.steps
+        se = np.sqrt((resid ** 2).sum(1) * n / (n - 1)) / c.steps.sum(1)
+        rows.append({"arm": arm, "budget": budget, "share": share, "tree": tree, "seeds": len(c.seeds),
+                     "tau": per_seed.mean(), "seed_sd": per_seed.std(ddof=1) if len(c.seeds) > 1 else np.nan,
+                     "prompt_half_width": 1.96 * se.mean()})
+    return pd.DataFrame(rows)
+
+
+def power(table: dict[Key, Cell], num: str, den: str, *, budget: int, level: float, target_half_width: float,
+          tree: str = "eagle25") -> dict:
+    """The half-width (as a share of the ratio) the primary interval should have with these seeds, and
+    the seeds per arm that would bring it under `target_half_width`: the seed variance of the difference
+    from each arm's own seed spread (never from the difference itself), the prompt variance from the
+    per-prompt differences of the seed means."""
+    a, b = table[(num, budget, 1.0, tree)], table[(den, budget, 1.0, tree)]
+    tau_a, tau_b = a.tokens.sum(1) / a.steps.sum(1), b.tokens.sum(1) / b.steps.sum(1)
+    seed_var = tau_a.var(ddof=1) + tau_b.var(ddof=1)
+    per_prompt = a.tokens.mean(0) / a.steps.mean(0) - b.tokens.mean(0) / b.steps.mean(0)
+    prompt_var = per_prompt.var(ddof=1) / len(per_prompt)
+    seeds = min(len(a.seeds), len(b.seeds))
+    z = norm.ppf(1 - (1 - level) / 2)
+    half = lambda s: z * math.sqrt(seed_var / s + prompt_var) / tau_b.mean()  # noqa: E731
+    needed = next((s for s in range(2, 101) if half(s) <= target_half_width), None)
+    return {"seeds": seeds, "seed_sd_of_difference": math.sqrt(seed_var), "prompt_se": math.sqrt(prompt_var),
+            "half_width": half(seeds), "seeds_for_target": needed}
+
+
+def log_linear(tokens, a, b):
+    return 1 + a + b * np.log(tokens)
+
+
+def saturating(tokens, tau_max, scale, alpha):
+    return tau_max - scale * np.power(tokens / 1e6, -alpha)
+
+
+def curve_fits(points: pd.DataFrame, at: float) -> pd.DataFrame:
+    """Per arm, tau against training tokens (`points`: arm, tokens, tau; annealed runs), fitted by a
+    log-linear law and a saturating power law, each read at `at` tokens; with the relative slope of the
+    log-linear one (the gain in tau - 1 per doubling of tokens, as a share of tau - 1 at the largest
+    point) and the range the fits span at `at`."""
+    rows = []
+    for arm, g in points.groupby("arm"):
+        g = g.sort_values("tokens")
+        x, y = g.tokens.to_numpy(float), g.tau.to_numpy(float)
+        if len(g) < 2:
+            continue
+        b, a = np.polyfit(np.log(x), y - 1, 1)  # least squares of the log-linear law
+        fits = {"log_linear": float(log_linear(at, a, b))}
+        if len(g) >= 4:  # three parameters need a point to spare
+            try:
+                p, _ = curve_fit(saturating, x, y, p0=(y[-1] + 0.5, 0.5, 0.5), bounds=([y[-1], 0, 0.01], [20, 50, 3]),
+                                 maxfev=20000)
+                fits["saturating"] = float(saturating(at, *p))
+            except RuntimeError:
+                fits["saturating"] = np.nan
+        values = [v for v in fits.values() if not np.isnan(v)]
+        rows.append({"arm": arm, "points": len(g), **{f"at_budget_{k}": v for k, v in fits.items()},
+                     "range_lo": min(values), "range_hi": max(values),
+                     "relative_slope_per_doubling": b * math.log(2) / (y[-1] - 1) if y[-1] > 1 else np.nan})
+    return pd.DataFrame(rows)
+
+
+def analyze(design: DesignConfig, runs: pd.DataFrame, replays: pd.DataFrame, dev: dict) -> dict[str, pd.DataFrame]:
+    """Every table of the study's results page from its records (`runs.csv`) and replays
+    (`replays.csv`): the grids' dev measure, each arm's tau and spreads, the verdicts, the power of
+    the primary comparisons, the learning curve with its fits, and the data against repetition."""
+    tables = {"grid": runs[(runs.seed == 0) & (runs.budget == design.main) & (runs.share == 1)][
+        ["arm", "lr", "dev", "tokens", "epochs", "seconds_per_step"]].sort_values(["arm", "lr"])}
+    chosen = {a: chosen_lr(design, a, dev) for a in design.arms}
+    tables["grid"]["chosen"] = [math.isclose(lr, chosen.get(a) or -1) for a, lr in zip(tables["grid"].arm, tables["grid"].lr)]
+    table = cells(replays, design, dev) if not replays.empty else {}
+    if not table:
+        return tables
+    tables["spread"] = spread(table)
+    tables["verdicts"] = verdicts(design, table)
+    tables["power"] = pd.DataFrame([{"comparison": f"{a} / {design.reference}",
+                                     **power(table, a, design.reference, budget=design.main,
+                                             level=1 - 0.05 / len(design.primary), target_half_width=0.025)}
+                                    for a in design.primary
+                                    if all((x, design.main, 1.0, "eagle25") in table and
+                                           len(table[(x, design.main, 1.0, "eagle25")].seeds) > 1
+                                           for x in (a, design.reference))])
+    points = []
+    for (arm, budget, share, tree), c in table.items():
+        if tree != "eagle25" or 0 not in c.seeds:
+            continue
+        at_rate = np.array([math.isclose(lr, chosen.get(arm) or -1) for lr in runs.lr], dtype=bool)
+        row = runs[(runs.arm == arm) & (runs.budget == budget) & (runs.share == share) & (runs.seed == 0) & at_rate]
+        i = c.seeds.index(0)
+        points.append({"arm": arm, "budget": budget, "share": share, "tokens": int(row.tokens.iloc[0]),
+                       "epochs": float(row.epochs.iloc[0]), "tau": c.tokens[i].sum() / c.steps[i].sum()})
+    tables["curve"] = pd.DataFrame(points).sort_values(["arm", "share", "budget"])
+    full = tables["curve"][tables["curve"].share == 1]
+    tables["fits"] = curve_fits(full[full.arm.isin([*design.primary, design.reference])], at=PAPER_ANSWER_TOKENS)
+    return tables
+
+
+def markdown(df: pd.DataFrame, digits: int = 3) -> str:
+    """A pipe table (floats rounded), for the generated results page."""
+    if df.empty:
+        return "(nothing yet)"
+    cells = df.map(lambda v: f"{v:.{digits}f}" if isinstance(v, float) and not float(v).is_integer() or
+                   isinstance(v, float) and abs(v) < 1 else str(v))
+    lines = ["| " + " | ".join(map(str, df.columns)) + " |", "|" + "---|" * len(df.columns)]
+    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in cells.itertuples(index=False)])
+
+
+def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataFrame, *, machine: str, commits: str) -> str:
+    """The study's results page, generated from its tables: the primary verdicts first, then every table,
+    then what is not finished. Nothing on it is typed by hand."""
+    done = (status.state == "done").sum()
+    lines = ["# The designed study: results", "",
+             f"Generated from `results/study/runs.csv` and `replays.csv` by `clover2 study report`: {done} of "
+             f"{len(status)} planned runs finished ({int(status.steps.isna().sum())} more wait for a learning-rate choice); "
+             f"trained in fp32 on {machine}, code at {commits}. The protocol is {{doc}}`../../book/protocol`.", ""]
+    v = tables.get("verdicts", pd.DataFrame())
+    primary = v[v.family == "primary"] if not v.empty else v
+    lines += ["## The primary comparisons", ""]
+    if primary.empty:
+        lines += ["No primary comparison has its replays yet.", ""]
+    for r in primary.itertuples():
+        lines += [f"- **{r.comparison}** (tau ratio, {r.tree}, {r.budget} steps, {r.seeds} seeds, {r.prompts} prompts): "
+                  f"{r.ratio:.3f} [{r.lo:.3f}, {r.hi:.3f}] at {r.level:.1%}: **{r.verdict}**."]
+    names = {"verdicts": "Every comparison (p-values two-sided from the bootstrap; Holm within each family)",
+             "spread": "tau per arm, budget and tree: the seeds' mean, their spread, and one seed's prompt interval",
+             "power": "Power of the primary comparisons with the seeds finished (half-width as a share of the ratio)",
+             "grid": "Learning-rate grids: the dev measure (simulated chain length) of seed 0 at the main budget",
+             "curve": "Seed 0 at every annealed budget (tokens seen and epochs beside each)",
+             "fits": "Fits of tau against tokens, read at the paper's budget (a range, not a prediction)"}
+    for key, title in names.items():
+        if key in tables:
+            lines += ["", f"## {title}", "", markdown(tables[key])]
+    left = status[status.state != "done"]
+    lines += ["", "## Not finished", "", markdown(left[["run", "state", "steps"]]) if not left.empty else "Every planned run is done.", ""]
+    return "\n".join(lines)

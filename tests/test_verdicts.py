@@ -1,0 +1,103 @@
+"""The designed study's statistics: two-level intervals, Holm, the protocol's decision rules, power and fits."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from clover2.errors import Clover2Error
+from clover2.research.design import Arm, DesignConfig
+from clover2.research.verdicts import (
+    bootstrap,
+    cells,
+    curve_fits,
+    holm,
+    log_linear,
+    power,
+    primary_verdict,
+    spread,
+    verdicts,
+)
+
+DESIGN = DesignConfig(arms={"c2": Arm("clover2", lrs=(1e-3,), seeds=5), "e1": Arm("eagle1", lrs=(1e-3,), seeds=5),
+                            "m": Arm("medusa", lrs=(1e-3,), seeds=3, tier=2)},
+                      reference="e1", primary=("c2",), budgets=(300, 600), extend_edge=False, n_boot=2000)
+DEV = {(a, 1e-3): 1.5 for a in DESIGN.arms}
+
+
+def replays(taus: dict[str, float], *, seeds: dict[str, int], prompts: int = 131, seed_sd: float = 0.02,
+            budgets=(300, 600), rng_seed: int = 0) -> pd.DataFrame:
+    """Synthetic replays: each arm's seeds scatter around its tau; each prompt has its own difficulty,
+    shared by every arm (so that pairing by prompt matters)."""
+    rng = np.random.default_rng(rng_seed)
+    difficulty = rng.normal(0, 0.25, prompts)
+    rows = []
+    for arm, tau in taus.items():
+        for s in range(seeds[arm]):
+            shift = rng.normal(0, seed_sd)
+            for budget in budgets:
+                for p in range(prompts):
+                    steps = 40
+                    tokens = round(steps * max(1.0, tau + shift + difficulty[p] + rng.normal(0, 0.05)))
+                    rows.append({"run": f"{arm}/s{s}/b{budget}", "arm": arm, "lr": 1e-3, "seed": s, "budget": budget,
+                                 "share": 1.0, "tree": "eagle25", "prompt": p, "task": "qa", "tokens": tokens,
+                                 "steps": steps})
+    return pd.DataFrame(rows)
+
+
+def test_holm_adjusts_like_the_textbook():
+    np.testing.assert_allclose(holm([0.01, 0.04, 0.03, 0.005]), [0.03, 0.06, 0.06, 0.02])
+    assert holm([0.5]).tolist() == [0.5]
+
+
+@pytest.mark.parametrize("lo, hi, verdict", [(1.01, 1.06, "reproduced"), (0.90, 0.99, "rival ahead"),
+                                              (0.98, 1.02, "equivalent within 3%"),
+                                              (0.975, 1.005, "smallest gain excluded"),
+                                              (0.96, 1.05, "inconclusive")])
+def test_the_primary_decision_rule_follows_the_protocol(lo, hi, verdict):
+    assert verdict in primary_verdict(lo, hi, 0.03, 0.01)
+
+
+def test_a_clear_lead_is_reproduced_and_the_rivals_are_corrected_within_their_family():
+    table = cells(replays({"c2": 1.9, "e1": 1.8, "m": 1.6}, seeds={"c2": 5, "e1": 5, "m": 3}), DESIGN, DEV)
+    out = verdicts(DESIGN, table).set_index("comparison")
+    primary = out.loc["c2 / e1"]
+    assert primary.family == "primary" and primary.level == 0.95 and primary.verdict.startswith("reproduced")  # one primary: 95%
+    assert primary.lo < 1.9 / 1.8 < primary.hi and primary.seeds == "5 vs 5" and primary.prompts == 131
+    assert out.loc["c2 / m"].verdict == "ahead" and out.loc["c2 / m"].p_holm >= out.loc["c2 / m"].p
+    assert out.loc["c2 / e1: 600 steps over 300"].verdict == "no difference shown"  # the same gap at both budgets
+
+
+def test_equal_drafts_give_an_interval_around_one_that_is_not_a_lead():
+    table = cells(replays({"c2": 1.8, "e1": 1.8, "m": 1.8}, seeds={"c2": 5, "e1": 5, "m": 3}, seed_sd=0.005), DESIGN, DEV)
+    primary = verdicts(DESIGN, table).set_index("comparison").loc["c2 / e1"]
+    assert primary.lo < 1 < primary.hi and not primary.verdict.startswith("reproduced")
+
+
+def test_seed_noise_widens_the_interval_beyond_the_prompts_alone():
+    quiet = cells(replays({"c2": 1.8, "e1": 1.8}, seeds={"c2": 5, "e1": 5}, seed_sd=0.0), DESIGN, DEV)
+    noisy = cells(replays({"c2": 1.8, "e1": 1.8}, seeds={"c2": 5, "e1": 5}, seed_sd=0.08), DESIGN, DEV)
+    width = lambda t: np.subtract(*np.quantile(bootstrap(t, 2000)[("c2", 600, 1.0, "eagle25")] /  # noqa: E731
+                                                bootstrap(t, 2000)[("e1", 600, 1.0, "eagle25")], [0.975, 0.025]))
+    assert width(noisy) > 2 * width(quiet)
+    s = spread(noisy).set_index(["arm", "budget"]).loc[("c2", 600)]
+    assert s.seeds == 5 and 0.02 < s.seed_sd < 0.2 and s.prompt_half_width > 0
+    p = power(noisy, "c2", "e1", budget=600, level=0.975, target_half_width=0.025)
+    assert p["seeds"] == 5 and p["half_width"] > 0.025 and (p["seeds_for_target"] or 101) > 5
+
+
+def test_a_replay_missing_a_prompt_is_refused():
+    r = replays({"c2": 1.8, "e1": 1.8}, seeds={"c2": 2, "e1": 2}, prompts=5)
+    with pytest.raises(Clover2Error, match="every prompt"):
+        cells(r.drop(index=r.index[(r.arm == "c2") & (r.seed == 1) & (r.prompt == 3)]), DESIGN, DEV)
+
+
+def test_curve_fits_recover_a_log_linear_law_and_give_a_range():
+    tokens = np.array([3e5, 6e5, 1.2e6, 2.4e6])
+    points = pd.DataFrame({"arm": "c2", "tokens": tokens, "tau": log_linear(tokens, -1.5, 0.15)})
+    fit = curve_fits(points, at=1.18e9).iloc[0]
+    assert fit.at_budget_log_linear == pytest.approx(log_linear(1.18e9, -1.5, 0.15))
+    assert fit.range_lo <= fit.at_budget_log_linear <= fit.range_hi and fit.points == 4
+    tau_end = log_linear(2.4e6, -1.5, 0.15)
+    assert fit.relative_slope_per_doubling == pytest.approx(0.15 * np.log(2) / (tau_end - 1))
