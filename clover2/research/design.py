@@ -255,6 +255,7 @@ class Experiment:
                                f"runs; set train.schedule: wsd (it is {study.profile.train.schedule!r})")
         self.decay_share = study.profile.train.decay_share
         self.runs_csv, self.replays_csv = study.results / "runs.csv", study.results / "replays.csv"
+        self.commit = commit()  # the code this process runs, whatever is checked out while it does
 
     @property
     def root(self) -> Path:
@@ -344,7 +345,7 @@ class Experiment:
                "epochs": round(run.budget * recipe.batch_size / sequences, 3), "train_seconds": state["seconds"],
                "seconds_per_step": state["seconds"] / run.budget, "dev": dev_measure(ev),
                **{f"top1_head{k}": a for k, a in enumerate(pooled_top1(ev))},
-               "weights_sha256": meta["weights_sha256"], "commit": commit(), "cpu": machine()["cpu_name"],
+               "weights_sha256": meta["weights_sha256"], "commit": self.commit, "cpu": machine()["cpu_name"],
                "finished": datetime.now(timezone.utc).isoformat(timespec="seconds")}
         records = self.records()
         write_csv(self.runs_csv, pd.concat([records[records.run != run.name], pd.DataFrame([row])], ignore_index=True))
