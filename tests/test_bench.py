@@ -212,6 +212,9 @@ def test_engine_is_in_the_label_and_reaches_the_decoder():
     spec = MethodSpec.parse("clover2@eagle25/1!graphs")
     assert (spec.engine, spec.label) == ("graphs", "clover2@eagle25!graphs")
     assert MethodSpec.parse("clover2@eagle25").label == "clover2@eagle25"  # eager: the plain label
+    # two drafts of one architecture in one benchmark: each named by its folder
+    a, b = (MethodSpec.parse(f"clover2@eagle25=results/study/drafts/{n}") for n in ("clover2", "clover2-official"))
+    assert (a.label, b.label) == ("clover2@eagle25=clover2", "clover2@eagle25=clover2-official")
     t = tiny_target("llama")
     calls = []
     import clover2.measure.bench as bench

@@ -117,6 +117,8 @@ def test_a_small_study_trains_records_replays_and_resumes(tmp_path, monkeypatch)
     assert len(replays) == 2 * (len(evaluated) + (evaluated.budget == 10).sum())  # two prompts; chain1 at the main budget
     assert (runs.epochs > 0).all() and runs.dev.between(1, 3).all() and {"top1_head0", "cpu", "commit"} <= set(runs)
     assert not experiment.next_step()  # nothing left: the study is finished
+    speed = pd.read_csv(study.results / "speed" / "bench.csv")  # the primary pair timed, float, named apart
+    assert set(speed.method) == {"ar", "clover2@eagle25=c2", "eagle1@eagle25=e1"} and set(speed.draft_weights.dropna()) == {"float"}
     branch = runs.set_index("run").loc["c2/lr0.001-s0/b5"]
     assert branch.budget == 5 and branch.tokens < runs.set_index("run").loc["c2/lr0.001-s0/b10"].tokens
     kept = torch.load(experiment.folder(experiment.plan()[0]) / "states" / "step_000004.pt", weights_only=False)

@@ -57,6 +57,7 @@ class MethodSpec:
     temperature: float = 0.0  # 0: greedy; > 0: lossless sampling
     draft: Path | None = None  # draft methods: the trained draft's folder (None: the caller's default)
     engine: str = "eager"  # the target's KV cache and launch mode (clover2.decoding.cache.ENGINES)
+    named: str = ""  # the name of the draft folder the spec gave (`=PATH`): two drafts of one architecture apart
 
     @classmethod
     def parse(cls, spec: str, default_temperature: float = 0.0) -> MethodSpec:
@@ -85,13 +86,14 @@ class MethodSpec:
         if tree and tree != "fitted":
             parse_tree(tree)  # a bad tree fails here, not hours later
         return cls(name, tree or (DEFAULT_TREE if name in TREE_METHODS else ""), temperature,
-                   Path(path) if path else None, engine or "eager")
+                   Path(path) if path else None, engine or "eager", Path(path).name if path else "")
 
     @property
     def label(self) -> str:
-        """The name in tables: `name@tree` for draft methods, `name` otherwise, then `!engine` unless eager."""
+        """The name in tables: `name@tree` for draft methods, `name` otherwise, then `!engine` unless eager,
+        then `=folder` where the spec named its draft (`clover2@eagle25=clover2-official`)."""
         engine = "" if self.engine == "eager" else f"!{self.engine}"
-        return (f"{self.name}@{self.tree}" if self.tree else self.name) + engine
+        return (f"{self.name}@{self.tree}" if self.tree else self.name) + engine + (f"={self.named}" if self.named else "")
 
     @property
     def arch(self) -> str:

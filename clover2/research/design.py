@@ -40,6 +40,7 @@ from clover2.drafts.checkpoint import SIDECAR, WEIGHTS, load_draft
 from clover2.errors import Clover2Error
 from clover2.files import atomic_path, sha256_file, write_csv, write_json
 from clover2.measure.acceptance import layers_read, references, replayed_steps
+from clover2.measure.bench import run_bench
 from clover2.measure.provenance import commit, machine
 from clover2.measure.tasks import load_task
 from clover2.paths import cache_root
@@ -306,6 +307,9 @@ class Experiment:
         there was one: the first run of `plan` not yet trained or replayed."""
         dev, done, replayed = self.dev(), set(self.records().run), self.replayed()
         for run in self.plan():
+            if self.design.arms[run.arm].tier > 2 and not (self.speed_dir / "bench.csv").exists():
+                self.speed()  # the primary pair's speed, once everything it compares is done (before the extras)
+                return True
             if run.name not in done:
                 self.train(run)
                 return True
@@ -313,6 +317,9 @@ class Experiment:
             if todo:
                 self.replay(run, todo)
                 return True
+        if not (self.speed_dir / "bench.csv").exists():
+            self.speed()
+            return True
         return False
 
     def run(self) -> None:
@@ -366,6 +373,25 @@ class Experiment:
         old = pd.read_csv(self.replays_csv) if self.replays_csv.exists() else rows.iloc[:0]
         old = old[~((old.run == run.name) & old.tree.isin(trees))]
         write_csv(self.replays_csv, pd.concat([old, rows], ignore_index=True))
+
+    @property
+    def speed_dir(self) -> Path:
+        return self.study.results / "speed"
+
+    def speed(self) -> pd.DataFrame:
+        """The primary arms' and the reference's published drafts (seed 0, main budget), timed against
+        plain decoding on the evaluation set's tasks, interleaved prompt by prompt in one run, every
+        draft at float precision, on EAGLE-1's 25-node tree (`clover2.measure.bench.run_bench`;
+        env.json names the machine and the load beside it)."""
+        folders = {p.name: p for p in self.publish()}
+        arms = [a for a in (*self.design.primary, self.design.reference) if a in folders]
+        methods = ("ar", *(f"{self.study._draft_config(self.design.arms[a].variant).arch}@{self.design.trees[0]}"
+                           f"={folders[a]}" for a in arms))
+        config = replace(self.study.profile.bench, methods=methods, draft_weights="float",
+                         n_per_task=self.design.n_per_task, max_new_tokens=self.design.max_new_tokens)
+        with atomic_path(self.speed_dir) as tmp:
+            table = run_bench(self.study.target, config, None, tmp)
+        return table
 
     def published(self) -> Path:
         return self.study.results / "drafts"
