@@ -3,6 +3,7 @@ a whole small study on a tiny target that trains, records, replays, resumes and 
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import replace
 
 import pandas as pd
@@ -75,19 +76,10 @@ def test_the_dev_measure_is_the_chain_length_of_the_pooled_head_accuracies():
 
 
 class _Study(Study):
-    """A Study on fake data (no ShareGPT labelling), for a tiny target."""
+    """A Study whose data is prepared already (fake data, no ShareGPT labelling), for a tiny target."""
 
-    data: object = None
-
-    @property
-    def data_dir(self):
-        return self.data
-
-    @property
-    def eval_dir(self):
-        return self.data
-
-    def prepare_data(self):
+    def prepare_data(self, data_dir=None, eval_dir=None):
+        assert (data_dir / "meta.json").exists() and (eval_dir / "meta.json").exists()
         return {}
 
 
@@ -99,8 +91,9 @@ def test_a_small_study_trains_records_replays_and_resumes(tmp_path, monkeypatch)
         k: v for k, v in DESIGN.arms.items() if k != "abl"}),
         train=replace(smoke.train, schedule="wsd", eval_every=100, max_len=32, batch_size=4), draft={"draft_vocab": 48})
     study = _Study(profile=prof, target=target, results=tmp_path / "results")
-    study.data = fake_data(tmp_path / "data", target)
     experiment = Experiment(study)
+    fake_data(experiment.data_dir, target)
+    shutil.copytree(experiment.data_dir, experiment.eval_dir)
     monkeypatch.setattr(Experiment, "prompts", lambda self: [("qa", [1, 2, 3, 4]), ("mt_bench", [5, 6, 7])])
     for _ in range(3):  # the c2 grid's two runs at the first rate, then the second rate's main run
         assert experiment.next_step()
@@ -145,3 +138,20 @@ def test_a_profile_without_a_design_or_with_another_schedule_is_refused(tmp_path
         Experiment(study)
     with pytest.raises(Clover2Error, match="warmup-stable-decay"):
         Experiment(replace(study, profile=replace(smoke, design=DESIGN)))
+
+
+def test_the_study_keeps_its_data_and_runs_when_the_code_changes(tmp_path, monkeypatch):
+    import clover2.research.study as study_module
+
+    monkeypatch.setenv("CLOVER2_CACHE", str(tmp_path / "cache"))
+    smoke = load_profile("smoke")
+    prof = replace(smoke, train=replace(smoke.train, schedule="wsd"), design=DESIGN)
+    experiment = Experiment(_Study(profile=prof, target=tiny_target("llama"), results=tmp_path))
+    before = (experiment.data_dir, experiment.eval_dir, experiment.root, experiment.study.data_dir)
+    monkeypatch.setattr(study_module, "code_version", lambda *parts: "other code")
+    after = (experiment.data_dir, experiment.eval_dir, experiment.root, experiment.study.data_dir)
+    assert before[:3] == after[:3] and before[3] != after[3]  # the notebooks' cache moves on; the study's does not
+    assert len({p.name.split("-")[0] for p in after[:3]}) == 3
+    other = Experiment(_Study(profile=replace(prof, data=replace(prof.data, tokens=prof.data.tokens + 1)),
+                              target=tiny_target("llama"), results=tmp_path))
+    assert other.data_dir != experiment.data_dir

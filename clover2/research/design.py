@@ -13,9 +13,9 @@ at the start of each shorter budget's decay, and the shorter run continues from 
 (`train(start_from=...)`: exactly the run that would have ended at that budget); the curve's longer
 runs continue from the main run's last stable step the same way.
 
-Runs live under `$CLOVER2_CACHE/design/<profile>/<data>/`, keyed by the data and by the run's
-settings, not by the code (a study spans sessions and commits; each run's record names its
-commit). Each finished run appends a row to `results/<profile>/runs.csv` (its budget, tokens,
+The data and the runs live under `$CLOVER2_CACHE/design/<profile>/`, keyed by the data's settings,
+the target and each run's settings, not by the code (a study spans sessions and commits; each run's
+record names the commit that trained it). Each finished run appends a row to `results/<profile>/runs.csv` (its budget, tokens,
 epochs, seconds, the dev measure) and, once its arm's learning rate is chosen, its replays to
 `replays.csv` (one row per prompt and tree): both are written atomically, so an interrupted study
 loses at most the run in flight, and `clover2 study run` resumes it.
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -38,7 +38,7 @@ from clover2.decoding.decode import DecodeConfig
 from clover2.decoding.prompts import first_turn_ids
 from clover2.drafts.checkpoint import SIDECAR, WEIGHTS, load_draft
 from clover2.errors import Clover2Error
-from clover2.files import atomic_path, sha256_file, write_csv, write_json
+from clover2.files import atomic_path, sha256_file, stable_hash, write_csv, write_json
 from clover2.measure.acceptance import layers_read, references, replayed_steps
 from clover2.measure.bench import run_bench
 from clover2.measure.provenance import commit, machine
@@ -259,9 +259,20 @@ class Experiment:
         self.commit = commit()  # the code this process runs, whatever is checked out while it does
 
     @property
+    def data_dir(self) -> Path:
+        """The study's training data, prepared once and kept: keyed by its settings and the target, not by
+        the code (a study outlives many commits; a change to the data code must not restart it)."""
+        key = stable_hash({"data": asdict(self.study.profile.data), "target": self.study.target.identity()})
+        return cache_root() / "design" / self.study.profile.name / f"data-{key}"
+
+    @property
+    def eval_dir(self) -> Path:
+        return self.data_dir.with_name(self.data_dir.name.replace("data-", "eval-", 1))
+
+    @property
     def root(self) -> Path:
-        """The runs' folders: keyed by the profile and the data (its folder's name holds its hash)."""
-        return cache_root() / "design" / self.study.profile.name / self.study.data_dir.name
+        """The runs' folders: keyed by the profile and the data."""
+        return self.data_dir.with_name(self.data_dir.name.replace("data-", "runs-", 1))
 
     def folder(self, run: Run) -> Path:
         return self.root / run.name
@@ -335,15 +346,15 @@ class Experiment:
         if not (out / SIDECAR).exists():
             draft_config, recipe = self.configs(run)
             start = None if run.parent is None else self.folder(run.parent) / "states" / f"step_{run.parent_step:06d}.pt"
-            self.study.prepare_data()
-            train(self.study.target, self.study.data_dir, out, draft_config, recipe, eval_dir=self.study.eval_dir,
+            self.study.prepare_data(self.data_dir, self.eval_dir)
+            train(self.study.target, self.data_dir, out, draft_config, recipe, eval_dir=self.eval_dir,
                   start_from=start)
         self._record(run)
 
     def _record(self, run: Run) -> None:
         meta = json.loads((self.folder(run) / SIDECAR).read_text())
         _, recipe = self.configs(run)
-        data = DistillData(self.study.data_dir)
+        data = DistillData(self.data_dir)
         sequences = sum(1 for s in data.source if s in recipe.sources)  # the training mix's sequences (held-out apart)
         sequences = max(1, round(run.share * sequences))
         state, ev = meta["train_state"], meta["eval"]
