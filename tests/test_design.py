@@ -118,7 +118,7 @@ def test_a_small_study_trains_records_replays_and_resumes(tmp_path, monkeypatch)
     assert kept["state"]["step"] == 4
     # the results page and its tables come from the records alone
     tables = analyze(prof.design, runs, replays, experiment.dev())
-    assert {"grid", "spread", "verdicts", "power", "curve", "fits"} <= set(tables)
+    assert {"grid", "spread", "verdicts", "power", "curve", "fits", "data"} <= set(tables)
     assert tables["verdicts"].family.iloc[0] == "primary" and tables["grid"].chosen.sum() == 2
     text = page(prof.design, tables, experiment.status(), machine="a test CPU", commits="abc")
     assert "**c2 / e1**" in text and "Every planned run is done." in text
