@@ -150,12 +150,11 @@ def seed_runs(design: DesignConfig, arm: str, lr: float, seed: int, decay_share:
               share: float = 1.0, curve: bool = False) -> list[Run]:
     """The runs of one arm, rate and seed: the main budget (keeping the states the shorter budgets
     start from, and its last stable one, from which a longer run can continue), each shorter budget
-    branching off it, then with
-    `curve` the longest curve budget continuing from the main run's stable phase and the other curve
-    budgets branching off that."""
+    branching off it, then with `curve` the longest curve budget continuing from the main run's
+    stable phase and the other curve budgets branching off that."""
     branch = {b: decay_start(b, decay_share) for b in (*design.budgets, *design.curve)}
     shorter, longer = design.budgets[:-1], design.curve if curve else ()
-    keep = tuple(sorted({branch[b] for b in (*shorter, design.main)}))  # its own last stable step too: a longer run may continue it
+    keep = tuple(sorted({branch[b] for b in (*shorter, design.main)}))  # and its own last stable step
     main = Run(arm, lr, seed, design.main, share, states=keep)
     runs = [main] + [Run(arm, lr, seed, b, share, parent=main, parent_step=branch[b]) for b in shorter]
     if longer:
