@@ -279,11 +279,11 @@ def _bench(args):
 
 
 def _prepare_data(args):
-    from clover2.measure.tasks import benchmark_texts
     from clover2.paths import cache_root
     from clover2.profiles import load_profile
     from clover2.training.corpora import sharegpt_conversations
     from clover2.training.data import prepare_data, split_corpus
+    from clover2.training.tasks import benchmark_texts
     from clover2.training.train import setup_distributed
 
     profile = load_profile(args.profile)

@@ -151,9 +151,9 @@ def test_a_draft_that_reads_fused_states_trains_on_them_and_refuses_data_without
 
 @pytest.mark.slow
 def test_training_corpus_shares_no_line_with_any_benchmark_task():
-    from clover2.measure.tasks import benchmark_texts
     from clover2.training.corpora import sharegpt_conversations
     from clover2.training.data import _lines, split_corpus
+    from clover2.training.tasks import benchmark_texts
 
     texts = benchmark_texts()
     training, held = split_corpus(sharegpt_conversations(), texts)
@@ -195,7 +195,7 @@ def test_prompts_that_quote_a_passage_in_common_share_a_split():
     passage is in two splits; prompts without one split as before, each by the hash of its turns."""
     from clover2.decoding.prompts import PromptRecord
     from clover2.files import stable_hash
-    from clover2.measure.tasks import SPLITS, in_split, passages
+    from clover2.training.tasks import SPLITS, in_split, passages
 
     def rag(i, *claims):
         return PromptRecord(id=f"rag-{i}", category="rag", turns=("Answer from the claims.\n\n"
@@ -221,7 +221,7 @@ def test_task_splits_are_disjoint_and_training_prompts_never_bench_or_dev():
     """Every built-in task's records fall in exactly one split for good; the dev split has at least
     3 records per task; the training prompts hold no benchmark or dev record, by id or by text, nor
     any retrieved passage that a benchmark or dev prompt quotes."""
-    from clover2.measure.tasks import SPLITS, TASKS, load_task, passages, training_prompts
+    from clover2.training.tasks import SPLITS, TASKS, load_task, passages, training_prompts
 
     held = set()
     for name, task in TASKS.items():
@@ -289,7 +289,7 @@ def test_the_target_answers_again_the_corpus_conversations_first_prompts(tiny, t
 def test_the_translation_task_is_german_into_english():
     """Spec-Bench's WMT14 de-en stand-in: German text the 135M target can translate (its earlier
     Japanese stand-in was answered in Japanese, outside the draft vocabulary)."""
-    from clover2.measure.tasks import translation
+    from clover2.training.tasks import translation
 
     records = translation()
     assert len(records) == 575 and len({r.id for r in records}) == 575

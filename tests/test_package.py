@@ -92,3 +92,30 @@ def test_a_missing_extra_is_named_with_its_install_command():
     with pytest.raises(Clover2Error, match=r"pip install 'clover2\[book\]'"):
         require_extra("book", "json", "no_such_module_for_clover2")
     require_extra("book", "json")  # present: nothing happens
+
+
+LAYERS = ("decoding", "drafts", "training", "measure", "research")  # each imports only those before it
+BASE = ("errors", "files", "paths", "wheels", "load")  # top-level helpers: import no subpackage
+
+
+def test_no_module_imports_from_a_higher_layer():
+    """The house rule the README's layout states: decoding < drafts < training < measure < research, and the
+    top-level helpers below them all; every import is checked, those inside functions too."""
+    package = PACKAGE
+    wrong = []
+    for path in sorted(package.rglob("*.py")):
+        parts = path.relative_to(package).with_suffix("").parts
+        if parts[0] in LAYERS:
+            allowed = set(LAYERS[:LAYERS.index(parts[0]) + 1]) | set(BASE) | ({"profiles"} if parts[0] == "research" else set())
+        elif parts[0] in BASE:
+            allowed = set(BASE)
+        else:
+            continue  # the command line and the profiles (read by research) bring the layers together
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else []
+            for name in names:
+                head = name.split(".")
+                if head[0] == "clover2" and len(head) > 1 and head[1] not in allowed and head[1] != "__init__":
+                    wrong.append(f"{path.relative_to(package)} imports {name}")
+    assert not wrong, wrong

@@ -47,7 +47,7 @@ import torch.nn.functional as F
 
 from clover2.errors import Clover2Error
 from clover2.files import stable_hash, write_json
-from clover2.measure.load import CONTENDED_SHARE, mark, other_share
+from clover2.load import CONTENDED_SHARE, mark, other_share
 from clover2.paths import cache_root
 
 CANDIDATES = ("stock", "packed", "mkl")

@@ -38,12 +38,12 @@ from clover2.drafts.checkpoint import DRAFT_WEIGHTS, SIDECAR
 from clover2.drafts.drafter import DynamicTree
 from clover2.errors import Clover2Error
 from clover2.files import write_csv, write_json
+from clover2.load import CONTENDED_SHARE, mark, other_share
 from clover2.measure.bandwidth import bandwidth_floor
 from clover2.measure.fit import FitConfig, calibrate, calibration_records, cost_curve, fit, source_acceptance
-from clover2.measure.load import CONTENDED_SHARE, mark, other_share
 from clover2.measure.methods import HF_METHODS, UNIONS, MethodSpec, drafter_factory, fitted_factory, load_draft_for
 from clover2.measure.provenance import environment
-from clover2.measure.tasks import SPEC_BENCH_TASKS, load_task
+from clover2.training.tasks import SPEC_BENCH_TASKS, load_task
 
 
 @dataclass(frozen=True)
@@ -262,7 +262,7 @@ def moved(old: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
 
 @dataclass(frozen=True)
 class BenchConfig:
-    # Built-in task names (clover2.measure.tasks.TASKS) or prompts .jsonl files such as Spec-Bench's
+    # Built-in task names (clover2.training.tasks.TASKS) or prompts .jsonl files such as Spec-Bench's
     # question.jsonl (sampled per category). Default: the Spec-Bench six.
     tasks: tuple[str, ...] = SPEC_BENCH_TASKS
     n_per_task: int = 10  # seeded sample per task (per category of a .jsonl file)

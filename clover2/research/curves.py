@@ -190,8 +190,8 @@ def run(target: Target, runs: Mapping[str, str | Path], out: str | Path, *, task
     from clover2.decoding.decode import DecodeConfig
     from clover2.decoding.prompts import first_turn_ids
     from clover2.measure.acceptance import layers_read, references
-    from clover2.measure.tasks import load_task
     from clover2.research.figures import learning_curves, save
+    from clover2.training.tasks import load_task
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

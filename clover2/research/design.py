@@ -42,9 +42,9 @@ from clover2.files import atomic_path, sha256_file, stable_hash, write_csv, writ
 from clover2.measure.acceptance import layers_read, references, replayed_steps
 from clover2.measure.bench import run_bench
 from clover2.measure.provenance import commit, machine
-from clover2.measure.tasks import load_task
 from clover2.paths import cache_root
 from clover2.training.data import DistillData
+from clover2.training.tasks import load_task
 from clover2.training.train import train
 
 if TYPE_CHECKING:

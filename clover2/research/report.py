@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from clover2.measure.load import CONTENDED_SHARE
+from clover2.load import CONTENDED_SHARE
 
 # The one statistic of speed on every page, table and figure (clover2.measure.bench.geometric_mean):
 # a method's speed over plain decoding's (a speedup) or over another method's (a speed ratio)

@@ -41,12 +41,12 @@ from clover2.measure.acceptance import layers_read, references, replayed_steps, 
 from clover2.measure.bench import run_bench
 from clover2.measure.methods import MethodSpec
 from clover2.measure.provenance import code_version, commit, machine
-from clover2.measure.tasks import benchmark_texts, load_task
 from clover2.paths import cache_root, results_root
 from clover2.profiles import Profile, load_profile
 from clover2.research.report import at_saved_step
 from clover2.training.corpora import sharegpt_conversations
 from clover2.training.data import DataConfig, complete_meta, prepare_data, split_corpus
+from clover2.training.tasks import benchmark_texts, load_task
 from clover2.training.train import train
 
 VARIANTS: dict[str, tuple[str, dict]] = {
@@ -171,7 +171,7 @@ class Study:
 
     def _data_dir(self, config: DataConfig, kind: str) -> Path:
         key = stable_hash({"data": asdict(config), "target": self.target.identity(),
-                           "code": code_version("decoding", "training/data.py", "training/corpora.py", "measure/tasks.py")})
+                           "code": code_version("decoding", "training/data.py", "training/corpora.py", "training/tasks.py")})
         return cache_root() / "data" / self.profile.name / f"{kind}-{key}"
 
     def draft_dir(self, variant: str) -> Path:

@@ -8,7 +8,7 @@ Two sources, one format:
   positions restart per conversation), so labelling costs one prefill per token;
 - `self`: the target answers prompts itself (greedy, batched), then the same labelling: ShareGPT
   first turns and, with `task_prompts`, prompts of the benchmark tasks' kinds (their `train` splits,
-  `clover2.measure.tasks.training_prompts`). A decode per token: several times dearer, but exactly
+  `clover2.training.tasks.training_prompts`). A decode per token: several times dearer, but exactly
   the decoding distribution. The held-out set is made this way, from held-out ShareGPT prompts and
   each task's `dev` split, so that it measures per task what decoding will accept.
 
@@ -50,7 +50,7 @@ from tqdm.auto import tqdm
 from clover2.decoding.target import Target
 from clover2.errors import Clover2Error
 from clover2.files import atomic_path, same_config, stable_hash, write_json
-from clover2.measure.tasks import SPEC_BENCH_TASKS, load_task, training_prompts
+from clover2.training.tasks import SPEC_BENCH_TASKS, load_task, training_prompts
 
 SOURCES = ("corpus", "self")  # conversations as they are; the target's own answers
 ARRAYS = ("ids", "hidden", "topk_ids", "topk_logp", "response")
