@@ -49,7 +49,7 @@ def load_draft(path: str | Path, target: Target, *, weights: str = "float") -> D
     `weights`: "float" as trained (float32 on a CPU, its linear layers on the kernels chosen as the
     target's are: measured per row count under `auto`, else the target's forced kernel); "int8"
     stores every linear layer's weights in int8 and quantizes its input on the fly
-    (CPU only): the draft step reads a quarter of the bytes and runs ~1.6x faster on a 2-core Xeon,
+    (CPU only): the draft step reads a quarter of the bytes (how much faster it runs is measured by the benchmark),
     and since the target verifies every token, the output does not change, only tau a little;
     "auto" is int8 on a CPU and float elsewhere. The result is frozen, for decoding only."""
     if weights not in DRAFT_WEIGHTS:

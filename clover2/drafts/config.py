@@ -36,7 +36,7 @@ class DraftConfig:
     # Scale of Attention Decoder #0's value path (the token entering the trunk). 1 is the official
     # code. 0 means "auto" (a departure, validated only with the token fused *before* the block): the
     # ratio of the target's hidden-state RMS to the embedding RMS, measured on the training data, so
-    # that the token is not drowned in a large residual stream (~279 on SmolLM2).
+    # that the token is not drowned in a large residual stream.
     value_gain: float = 1.0
 
     def __post_init__(self):

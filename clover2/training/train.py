@@ -59,8 +59,8 @@ class TrainConfig:
     eval_batches: int = 0  # held-out batches per evaluation (0: the whole held-out set)
     held_out: float = 0.05  # share of sequences held out
     # bf16 autocast: True, False, or "auto": both timed on the first batch and the faster kept (on
-    # CPUs it pays only where bf16 is native: 1.5x faster on an AMD EPYC Zen 4, 1.7x slower on a Xeon;
-    # a CPU that only emulates it (AMD Zen 3: a training step ~35x slower) keeps fp32 untimed)
+    # CPUs it pays only where bf16 is native; a CPU that only emulates it keeps fp32 untimed: there a
+    # bf16 step is many times slower; the README has the measurements)
     autocast_bf16: bool | str = False
     keep_best: bool = False  # the saved draft is the one with the lowest held-out loss, not the last
     # steps at which the draft of that moment is also saved, with its held-out evaluation, into
