@@ -3,15 +3,16 @@
 The public API, importable from `clover2` directly (loaded on first use, so `import clover2` is fast):
 
     from clover2 import load_target, load_draft, ModelDrafter, DecodeConfig, generate, preset
-    target = load_target("smollm2-135m-instruct")
+    target = load_target("smollm2-135m-instruct")  # as given; kernels="auto" measures the fastest linear kernels
     drafter = ModelDrafter(load_draft("drafts/clover2", target), preset("eagle25"))
     out = generate(target, drafter, target.encode_chat([{"role": "user", "content": "Hi!"}]), DecodeConfig())
 
 Layers, each a subpackage that imports only the ones above it in this list:
 `decoding` (the engine: target, tree, verify, sampling, cache, decode loop, drafters),
 `drafts` (the draft models and the drafter that grows trees with them), `training`
-(data, losses, the train loop), `measure` (method specs, benchmark, cost curve, tree fitting,
-tasks, provenance) and `research` (the notebooks' study, figures and runs; needs the `book` extra).
+(tasks, data, losses, the train loop), `measure` (method specs, benchmark, cost curve, tree fitting,
+replays, provenance) and `research` (the notebooks' study, the designed study, figures and runs; needs
+the `book` extra).
 """
 
 from __future__ import annotations

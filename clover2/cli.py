@@ -352,7 +352,9 @@ def _study(args):
     from clover2.research.study import Study
     from clover2.research.verdicts import analyze, page
 
-    experiment = Experiment(Study.open(args.profile, results=args.results / args.profile if args.results else None))
+    # stock kernels: the study's replays give the same tokens on every machine and session it spans
+    experiment = Experiment(Study.open(args.profile, results=args.results / args.profile if args.results else None,
+                                       kernels="stock"))
     if args.action == "run":
         experiment.run()
     if args.action == "publish":

@@ -89,11 +89,13 @@ class Profile:
     design: DesignConfig = field(default_factory=DesignConfig)  # the designed study's arms (profile `study`)
     chat_template: str | None = None  # for a tokenizer that ships none: "vicuna" or a Jinja file (None: its own)
 
-    def load_target(self, name: str | None = None):
-        """The profile's target (or `name` instead), with the profile's dtype, device and chat template."""
+    def load_target(self, name: str | None = None, *, kernels: str = "auto"):
+        """The profile's target (or `name` instead), with the profile's dtype, device and chat template;
+        its linear kernels measured on this machine unless `kernels` names one (the benchmarks time it)."""
         from clover2.decoding.target import load_target
 
-        return load_target(name or self.target, dtype=self.dtype, device=self.device, chat_template=self.chat_template)
+        return load_target(name or self.target, dtype=self.dtype, device=self.device, chat_template=self.chat_template,
+                           kernels=kernels)
 
     def draft_config(self, arch: str, **overrides) -> DraftConfig:
         """The architecture's recipe, then the profile's shared and own draft settings, then `overrides`."""

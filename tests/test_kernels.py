@@ -168,3 +168,21 @@ def test_kernel_choice_is_checked():
         K.KernelPlan(("stock",))
     target = tiny_target("llama", dtype=torch.float16, kernels="auto")  # nothing to choose from: stock, not measured
     assert target.kernel_plan.kernels == ("stock",) * len(K.BUCKETS)
+
+
+def test_a_target_is_loaded_as_given_unless_measured_kernels_are_asked_for(tmp_path):
+    """The library leaves the user's nn.Linear alone by default; the research profiles measure (and say so)."""
+    import inspect
+
+    from clover2.decoding.target import load_target
+    from clover2.profiles import Profile
+
+    tiny_target("llama").model.save_pretrained(tmp_path / "m")
+    plain = load_target(str(tmp_path / "m"), dtype="float32")
+    linears = [m for m in plain.model.modules() if isinstance(m, torch.nn.Linear)]
+    assert plain.kernels == "stock" and linears and not any("forward" in vars(m) for m in linears)
+    other = [k for k in K.available(torch.float32, torch.device("cpu")) if k != "stock"]
+    if other:
+        forced = load_target(str(tmp_path / "m"), dtype="float32", kernels=other[0])
+        assert any("forward" in vars(m) for m in forced.model.modules() if isinstance(m, torch.nn.Linear))
+    assert inspect.signature(Profile.load_target).parameters["kernels"].default == "auto"  # what the research measures

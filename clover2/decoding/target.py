@@ -238,12 +238,14 @@ class Target:
 
 
 def load_target(name: str = DEFAULT_TARGET, *, dtype: str | torch.dtype | None = None, device: str = "cpu",
-                adapter: str | Path | None = None, chat_template: str | None = None, kernels: str = "auto") -> Target:
+                adapter: str | Path | None = None, chat_template: str | None = None, kernels: str = "stock") -> Target:
     """Load a target by built-in name, local checkpoint folder or hub id; merge a LoRA adapter if given.
 
-    `kernels`: "auto" gives each row count the linear kernel that measured fastest on this machine
-    (clover2.decoding.kernels; measured once per machine and model shape, then cached); "stock",
-    "packed" (oneDNN, pre-packed weights) or "mkl" (MKL's packed GEMM) force one kernel everywhere.
+    `kernels`: "stock" (the default) leaves the model's linear layers as the user gave them; "auto"
+    gives each row count the linear kernel that measured fastest on this machine
+    (clover2.decoding.kernels; measured once per machine and model shape, then cached: what the CLI
+    and the research profiles use); "packed" (oneDNN, pre-packed weights) or "mkl" (MKL's packed
+    GEMM) force one kernel everywhere.
 
     `chat_template` replaces the tokenizer's: a name in `CHAT_TEMPLATES` ("vicuna") or a Jinja file,
     for targets whose tokenizer ships none (Vicuna v1.5) or the wrong one."""

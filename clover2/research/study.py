@@ -134,13 +134,13 @@ class Study:
 
     @classmethod
     def open(cls, profile: str | None = None, *, target: str | None = None, drafts: str | Path | None = None,
-             results: str | Path | None = None) -> Study:
+             results: str | Path | None = None, kernels: str = "auto") -> Study:
         """Check the parameters and load the target: the first cell of every notebook.
 
         `profile` None is the default profile (`$CLOVER2_PROFILE`, else `cpu`); `results` None is
         `$CLOVER2_RESULTS/<profile>`, else `results/<profile>` in the current folder."""
         prof = load_profile(profile)
-        study = cls(profile=prof, target=prof.load_target(target),
+        study = cls(profile=prof, target=prof.load_target(target, kernels=kernels),
                     results=Path(results) if results else results_root() / prof.name,
                     drafts_given=Path(drafts) if drafts else None)
         for sidecar in sorted(study.drafts_given.glob(f"*/{SIDECAR}")) if study.drafts_given else []:
