@@ -56,7 +56,7 @@ def test_missing_target_path_is_a_clear_error():
 def test_drafts_for_another_target_are_refused_at_open(tmp_path, monkeypatch, smollm2):
     from clover2.profiles import Profile
 
-    monkeypatch.setattr(Profile, "load_target", lambda self, name=None: smollm2)  # the run's one embedded target
+    monkeypatch.setattr(Profile, "load_target", lambda self, name=None, **_: smollm2)  # the run's one embedded target
     other = tiny_target("llama")
     cfg = DraftConfig.for_arch("clover2", num_heads=2)
     save_draft(tmp_path / "clover2", build_draft(cfg, other), other, cfg, extra={})
