@@ -101,3 +101,10 @@ def test_curve_fits_recover_a_log_linear_law_and_give_a_range():
     assert fit.range_lo <= fit.at_budget_log_linear <= fit.range_hi and fit.points == 4
     tau_end = log_linear(2.4e6, -1.5, 0.15)
     assert fit.relative_slope_per_doubling == pytest.approx(0.15 * np.log(2) / (tau_end - 1))
+
+
+def test_the_pages_tables_show_rates_and_counts_as_a_reader_writes_them():
+    from clover2.research.verdicts import markdown
+
+    text = markdown(pd.DataFrame({"lr": [3e-4, 1e-3], "tokens": [635066.0, 1.0], "tau": [1.23456, float("nan")]}))
+    assert "| 0.0003 | 635066 | 1.235 |" in text and "| 0.001 | 1 |  |" in text

@@ -365,7 +365,9 @@ class Experiment:
                "weights_sha256": meta["weights_sha256"], "commit": self.commit, "cpu": machine()["cpu_name"],
                "finished": datetime.now(timezone.utc).isoformat(timespec="seconds")}
         records = self.records()
-        write_csv(self.runs_csv, pd.concat([records[records.run != run.name], pd.DataFrame([row])], ignore_index=True))
+        records = records[records.run != run.name]
+        write_csv(self.runs_csv, pd.concat([records, pd.DataFrame([row])], ignore_index=True) if len(records)
+                  else pd.DataFrame([row]))  # an empty frame would turn the integer columns into floats
 
     def prompts(self) -> list[tuple[str, list[int]]]:
         """The evaluation set: `n_per_task` benchmark-split prompts of each of the profile's tasks (all

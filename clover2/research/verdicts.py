@@ -283,8 +283,14 @@ def markdown(df: pd.DataFrame, digits: int = 3) -> str:
     """A pipe table (floats rounded), for the generated results page."""
     if df.empty:
         return "(nothing yet)"
-    cells = df.map(lambda v: f"{v:.{digits}f}" if isinstance(v, float) and not float(v).is_integer() or
-                   isinstance(v, float) and abs(v) < 1 else str(v))
+    def cell(v) -> str:
+        if not isinstance(v, float) or np.isnan(v):
+            return "" if isinstance(v, float) else str(v)
+        if v.is_integer():
+            return str(int(v))
+        return f"{v:.2g}" if abs(v) < 0.01 else f"{v:.{digits}f}"
+
+    cells = df.map(cell)
     lines = ["| " + " | ".join(map(str, df.columns)) + " |", "|" + "---|" * len(df.columns)]
     return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in cells.itertuples(index=False)])
 
@@ -317,5 +323,9 @@ def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataF
         if key in tables:
             lines += ["", f"## {title}", "", markdown(tables[key])]
     left = status[status.state != "done"]
-    lines += ["", "## Not finished", "", markdown(left[["run", "state", "steps"]]) if not left.empty else "Every planned run is done.", ""]
+    todo = left.groupby("arm", sort=False).agg(**{
+        "runs": ("run", "size"), "training steps planned": ("steps", "sum"),
+        "seeds waiting for the grid": ("lr", lambda lr: int(lr.isna().sum()))}).reset_index()
+    lines += ["", "## Not finished", "", markdown(todo) if not left.empty else "Every planned run is done.",
+              "", "`clover2 study status` lists every run.", ""]
     return "\n".join(lines)
