@@ -435,11 +435,10 @@ class Experiment:
         """Replay every published draft on the evaluation set (25-node tree) and set its tau beside the
         committed one of the run it came from: one row per draft, with the difference."""
         committed = pd.read_csv(self.replays_csv)
-        rows = []
+        rows, prompts, tree = [], self.prompts(), self.design.trees[0]
+        refs = self._references(prompts)  # once for every draft
         for folder in sorted(p.parent for p in self.published().glob(f"*/{SIDECAR}")):
             meta = json.loads((folder / SIDECAR).read_text())
-            prompts, tree = self.prompts(), self.design.trees[0]
-            refs = self._references(prompts)
             fresh = replayed_steps(self.study.target, {folder.name: load_draft(folder, self.study.target)}, prompts, refs,
                                    trees=[tree])
             old = committed[(committed.run == meta["run"]) & (committed.tree == tree)]
