@@ -4,15 +4,18 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import formulation
 import pytest
 import torch
 from conftest import VOCAB, hf_greedy
+from safetensors.torch import load_file
 from test_decode_exact import PROMPTS
 
 from clover2.decoding.decode import DecodeConfig, generate
 from clover2.decoding.drafter import Recording
 from clover2.decoding.tree import EAGLE_25, preset
 from clover2.drafts import ARCHITECTURES, build_draft
+from clover2.drafts.base import DraftModel
 from clover2.drafts.config import DraftConfig
 from clover2.drafts.drafter import DynamicTree, ModelDrafter
 from clover2.errors import Clover2Error
@@ -31,9 +34,8 @@ def test_forward_shapes_per_architecture(tiny, arch):
     outs = model(h, torch.randint(0, VOCAB, (2, 11)))
     assert len(outs) == model.trained_heads
     for i, o in enumerate(outs):
-        expected = 11 if arch == "medusa" else 11 - i  # head i at t needs the token x_{t+1+i}
-        assert o.shape == (2, expected, 64)
-        assert model.logits(o).shape == (2, expected, VOCAB)
+        assert o.shape == (2, 11 - i, 64)  # depth i at t needs the token x_{t+1+i}
+        assert model.logits(o).shape == (2, 11 - i, VOCAB)
 
 
 @pytest.mark.parametrize("init_layer, source", [(0, [0, 0]), (-1, [1, 1]), ("first", [0, 1]), ("last", [0, 1])])
@@ -131,12 +133,33 @@ def test_training_logits_equal_decoding_logits(tiny, arch, steps):
         outs = model(h, ids.roll(-1, 1), steps=steps)
         if len(outs) == 1:
             x = torch.cat([model.features(h[:, :t + 1]), torch.stack(states[:-1])[None]], 1)
-            taught = [model.logits(o)[0, t + d] for o in model._heads(x, ids[:, 1:t + 2 + depth], 1) for d in range(depth + 1)]
+            fed = model.trunk(x, model.embed(ids[:, 1:t + 2 + depth]), position_ids=torch.arange(x.shape[1])[None])
+            taught = [model.logits(model.read(fed, None, 0))[0, t + d] for d in range(depth + 1)]
         else:
             taught = [model.logits(o)[0, t] for o in outs[: depth + 1]]
     assert len(taught) == depth + 1
     for d, (a, b) in enumerate(zip(decoded, taught)):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4, msg=f"{arch} depth {d}")
+
+
+def test_training_and_decoding_are_one_formulation():
+    """An architecture defines its trunk and head step (and how the LM head reads a state); the
+    training forward and the decode calls are the base class's, for every draft."""
+    shared = ("forward", "advance", "root_logits", "step")
+    for arch, cls in ARCHITECTURES.items():
+        assert {name for name in shared if getattr(cls, name) is not getattr(DraftModel, name)} == set(), arch
+        assert cls.trunk is not DraftModel.trunk and cls.head_step is not DraftModel.head_step, arch
+
+
+def test_every_draft_computes_what_it_computed_before_one_formulation():
+    """Training outputs and gradients and the decode path of every architecture on the three
+    families, against the fingerprints the code computed before training and decoding shared one
+    formulation (`tests/formulation.py`): nothing a trained draft computes moved."""
+    expected = load_file(formulation.FILE)
+    got = formulation.all_fingerprints()
+    assert got.keys() == expected.keys()
+    for key, value in expected.items():
+        torch.testing.assert_close(got[key], value, rtol=1e-4, atol=1e-5, msg=key)
 
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)

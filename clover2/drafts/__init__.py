@@ -1,8 +1,8 @@
 """The draft models (the paper's q), one class per architecture, and the drafter that grows token
 trees with them.
 
-To add an architecture: subclass `DraftModel` in a module of its own (its `recipe`, parts, `_heads`
-for training, and `advance` / `root_logits` / `step` for decoding), then register it below. The CLI,
+To add an architecture: subclass `DraftModel` in a module of its own (its `recipe`, its parts, and
+its `trunk` and `head_step`, which training and decoding share), then register it below. The CLI,
 the profiles, the benchmark's method specs and the notebooks all take their names from here.
 """
 

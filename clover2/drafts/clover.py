@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from clover2.decoding.hf_compat import decoder_stack, run_stack
-from clover2.drafts.base import DraftModel, TreeAttention, copy_layers
+from clover2.drafts.base import DraftModel, copy_layers
 
 
 class AttentionDecoder(nn.Module):
@@ -83,37 +83,17 @@ class Clover2Draft(DraftModel):
         gain = self.config.value_gain or float(hidden.pow(2).mean().sqrt() / self.embed.weight.float().pow(2).mean().sqrt())
         self.ad0.gain.fill_(gain)
 
-    def _heads(self, h, next_ids, steps):
-        e = self.embed(next_ids)  # (B, T, H): E(x_{t+1})
-        s = self._trunk(h, e)
-        outs = [self._project(s, None)]
-        for i in range(1, min(steps, h.shape[1])):
-            s, e_i = s[:, :-1], e[:, i:]  # state at t paired with E(x_{t+1+i})
-            s = self.ad1(s, e_i)
-            outs.append(self._project(s, e_i))
-        return outs
-
-    def advance(self, h, next_ids, cache):
-        past = cache.get_seq_length()
-        pos = torch.arange(past, past + h.shape[1], device=h.device)[None]
-        return self._trunk(h, self.embed(next_ids), cache=cache, position_ids=pos)[:, -1]
-
-    def root_logits(self, root):
-        return self.logits(self._project(root, None))
-
-    def step(self, parents, tokens, depth, *, cache, attention: TreeAttention | None = None):
-        e = self.embed(tokens)  # (n, H)
-        s = self.ad1(parents, e)  # one RNN step per node
-        return s, self.logits(self._project(s, e))
-
-    def _trunk(self, h, e, *, cache=None, position_ids=None):
-        """The sequence part: Attention Decoder #0 and the Augmenting Block, in either order."""
+    def trunk(self, x, e, **where):
+        """Attention Decoder #0 and the Augmenting Block, in either order (`extraction`)."""
         if self.config.extraction == "before":
-            return run_stack(self.block, self.ad0(h, e), cache=cache, position_ids=position_ids)
-        return self.ad0(run_stack(self.block, h, cache=cache, position_ids=position_ids), e)
+            return run_stack(self.block, self.ad0(x, e), **where)
+        return self.ad0(run_stack(self.block, x, **where), e)
 
-    def _project(self, s, e):
-        """The vector the LM head reads, from a head state (and, for heads >= 1, the token)."""
+    def head_step(self, s, e, depth, **where):
+        return self.ad1(s, e)  # one RNN step: the Attention Decoder #1 fuses the node's token
+
+    def read(self, s, e, depth):
+        """Through the output projector (FC(s) at the root, FC([s; E(token)]) below it) and the head norm."""
         if self.config.output_projector:
             s = self.fc0(s) if e is None else self.fc1(torch.cat([s, e], -1))
         return self.head_norm(s)

@@ -21,8 +21,7 @@ import torch
 from torch import nn
 
 from clover2.decoding.hf_compat import decoder_stack, run_stack
-from clover2.drafts.base import DraftModel, TreeAttention, copy_layers
-from clover2.drafts.ttt import unrolling
+from clover2.drafts.base import DraftModel, copy_layers
 
 
 class Eagle1Draft(DraftModel):
@@ -53,40 +52,12 @@ class Eagle1Draft(DraftModel):
     def features(self, h):
         return self.target_norm(h)  # the feature the target's LM head reads
 
-    def _heads(self, x, next_ids, steps):
-        """Step j's outputs at positions t = 0..T-1-j (the state fed back at depth j of a tree)."""
-        e, T = self.embed(next_ids), x.shape[1]
-        outs, s = [], x
-        with unrolling(self.block) as unrolled:
-            for j in range(min(steps, T)):
-                n = T - j
-                pos = torch.arange(j, j + n, device=x.device)[None]
-                s = self._predict(s[:, :n], e[:, j:j + n], position_ids=pos, unrolled=unrolled)
-                outs.append(s)
-        return outs
+    def trunk(self, x, e, **where):
+        return self._predict(x, e, **where)
 
-    def advance(self, h, next_ids, cache):
-        past = cache.get_seq_length()
-        pos = torch.arange(past, past + h.shape[1], device=h.device)[None]
-        return self._predict(self.features(h), self.embed(next_ids), cache=cache, position_ids=pos)[:, -1]
+    def head_step(self, s, e, depth, **where):
+        return self._predict(s, e, **where)  # the predicted feature fed back in place of the target's
 
-    def root_logits(self, root):
-        return self.logits(root)
-
-    def step(self, parents, tokens, depth, *, cache, attention: TreeAttention | None = None):
-        e = self.embed(tokens)  # (n, H)
-        past, n = cache.get_seq_length(), len(tokens)
-        committed = attention.committed
-        mask = torch.full((n, past + n), torch.finfo(e.dtype).min, device=e.device)
-        mask[:, :committed] = 0  # the committed sequence is visible; of the tree entries, only...
-        rows = torch.arange(n, device=e.device)
-        mask[rows, past + rows] = 0  # ...the node's own
-        for row, slots in enumerate(attention.visible):
-            mask[row, slots] = 0  # ...and its ancestors'
-        pos = torch.full((1, n), committed + depth - 1, device=e.device)
-        s = self._predict(parents[None], e[None], cache=cache, position_ids=pos, attention_mask=mask[None, None])[0]
-        return s, self.logits(s)
-
-    def _predict(self, f, e, **stack_kwargs):
-        """The predicted next feature f̂_{t+1} from [E(x_{t+1}); f_t] (`stack_kwargs`: see `run_stack`)."""
-        return run_stack(self.block, self.fc(torch.cat([e, f], -1)), **stack_kwargs)
+    def _predict(self, f, e, **where):
+        """The predicted next feature f̂_{t+1} from [E(x_{t+1}); f_t] (`where`: see `run_stack`)."""
+        return run_stack(self.block, self.fc(torch.cat([e, f], -1)), **where)

@@ -83,11 +83,11 @@ class Eagle3Draft(Eagle1Draft):
     def logits(self, o):
         return self.lm_head(self.norm(o)).float()
 
-    def _predict(self, g, e, **stack_kwargs):
+    def _predict(self, g, e, **where):
         """The next state s_{t+1} from the state g_t (fused target features, or a parent's state) and E(x_{t+1})."""
         fuse = self.block.layers[0].input_layernorm
         fuse.tokens = e
         try:
-            return run_stack(self.block, g, **stack_kwargs)
+            return run_stack(self.block, g, **where)
         finally:
             fuse.tokens = None

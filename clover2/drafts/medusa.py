@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import nn
 
-from clover2.drafts.base import DraftModel, TreeAttention
+from clover2.drafts.base import DraftModel
 
 
 class ResBlock(nn.Module):
@@ -33,27 +33,25 @@ class ResBlock(nn.Module):
 class Medusa1Draft(DraftModel):
     arch = "medusa"
     recipe = dict(aug_layers=0, output_projector=False, loss="hard", regression_weight=0.0, head_decay=1.0)
+    shared_children = True  # every head reads the root state only
 
     def __init__(self, config, target_config, *, d2t=None):
         super().__init__(config, target_config, d2t=d2t)
         self.heads = nn.ModuleList(ResBlock(self.target_config.hidden_size) for _ in range(config.num_heads))
 
+
     def features(self, h):
         return self.target_norm(h)  # the last hidden state as Medusa reads it (after the final norm)
 
-    def _heads(self, x, next_ids, steps):
-        return [head(x) for head in self.heads[:steps]]
+    def trunk(self, x, e, **where):
+        return x
+
+    def head_step(self, s, e, depth, **where):
+        return s  # a node's state is the root's: its token does not enter
+
+    def read(self, s, e, depth):
+        return self.heads[depth](s)
 
     @property
     def max_tree_depth(self) -> int:
         return self.config.num_heads
-
-    def advance(self, h, next_ids, cache):
-        return self.features(h[:, -1])
-
-    def root_logits(self, root):
-        return self.logits(self.heads[0](root))
-
-    def step(self, parents, tokens, depth, *, cache, attention: TreeAttention | None = None):
-        # A node's state is the root's; head `depth` proposes the same children for every node.
-        return parents, self.logits(self.heads[depth](parents[:1])).expand(len(tokens), -1)

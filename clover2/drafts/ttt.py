@@ -53,11 +53,11 @@ AttentionInterface.register(NAME, unrolled_attention)
 
 @contextlib.contextmanager
 def unrolling(stack: nn.Module) -> Iterator[dict]:
-    """Within it, `stack` (a `decoder_stack`) attends as `unrolled_attention`; yields the store of the
-    steps' keys and values to pass each call as `unrolled=`."""
+    """Within it, `stack` (a `decoder_stack`) attends as `unrolled_attention`; yields the keyword
+    arguments to pass each of its calls (`unrolled=`: the store of the steps' keys and values)."""
     previous = stack.config._attn_implementation
     stack.config._attn_implementation = NAME
     try:
-        yield {}
+        yield {"unrolled": {}}
     finally:
         stack.config._attn_implementation = previous
