@@ -72,10 +72,10 @@ lab: install
 # The foundation measurements: plain decoding vs prompt lookup vs Hugging Face generate, fp32 and
 # bf16, and the target's verification cost curve in both dtypes.
 foundation: install
-	$(BIN)/clover2 bench --profile $(PROFILE) --dtype float32 --prompts configs/prompts/foundation.jsonl \
-		--methods ar,pld,hf,hf-pld --max-new-tokens 128 --repeats 3 --out $(OUT)/float32
-	$(BIN)/clover2 bench --profile $(PROFILE) --dtype bfloat16 --prompts configs/prompts/foundation.jsonl \
-		--methods ar,pld,hf,hf-pld --max-new-tokens 128 --repeats 2 --out $(OUT)/bfloat16
+	$(BIN)/clover2 bench --profile $(PROFILE) --set dtype=float32 --prompts configs/prompts/foundation.jsonl \
+		--methods ar,pld,hf,hf-pld --set bench.max_new_tokens=128 --set bench.repeats=3 --out $(OUT)/float32
+	$(BIN)/clover2 bench --profile $(PROFILE) --set dtype=bfloat16 --prompts configs/prompts/foundation.jsonl \
+		--methods ar,pld,hf,hf-pld --set bench.max_new_tokens=128 --set bench.repeats=2 --out $(OUT)/bfloat16
 	$(BIN)/clover2 cost-curve --target $(TARGET) --dtype float32 --out $(OUT)/float32
 	$(BIN)/clover2 cost-curve --target $(TARGET) --dtype bfloat16 --out $(OUT)/bfloat16
 
@@ -92,10 +92,10 @@ CURVE_STEPS ?=
 curves: target
 	$(BIN)/clover2 prepare-data --profile $(PROFILE) --out $(RUNS)/data
 	for run in $(CURVE_RUNS); do case $$run in \
-		*-ttt7) extra="--arch $${run%-ttt7} --ttt-steps 7 --set head_decay=0.8";; \
-		eagle1-asis) extra="--arch eagle1 --sources corpus";; \
+		*-ttt7) extra="--arch $${run%-ttt7} --set train.ttt_steps=7 --set draft.head_decay=0.8";; \
+		eagle1-asis) extra="--arch eagle1 --set train.sources=corpus";; \
 		*) extra="--arch $$run";; esac; \
-		$(BIN)/clover2 train --profile $(PROFILE) $$extra $(if $(CURVE_STEPS),--max-steps $(CURVE_STEPS)) \
+		$(BIN)/clover2 train --profile $(PROFILE) $$extra $(if $(CURVE_STEPS),--set train.max_steps=$(CURVE_STEPS)) \
 			--data $(RUNS)/data --out $(RUNS)/$$run || exit 1; done
 	$(BIN)/clover2 curves --profile $(PROFILE) --n-per-task $(CURVE_PROMPTS) --out $(CURVES) \
 		$(foreach run,$(CURVE_RUNS),--run $(run)=$(RUNS)/$(run))

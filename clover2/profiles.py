@@ -17,6 +17,7 @@ back to a default.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
@@ -89,13 +90,14 @@ class Profile:
     design: DesignConfig = field(default_factory=DesignConfig)  # the designed study's arms (profile `study`)
     chat_template: str | None = None  # for a tokenizer that ships none: "vicuna" or a Jinja file (None: its own)
 
-    def load_target(self, name: str | None = None, *, kernels: str = "auto"):
-        """The profile's target (or `name` instead), with the profile's dtype, device and chat template;
-        its linear kernels measured on this machine unless `kernels` names one (the benchmarks time it)."""
+    def load_target(self, name: str | None = None, *, adapter: Path | None = None, kernels: str = "auto"):
+        """The profile's target (or `name` instead), with the profile's dtype, device and chat template
+        (and a LoRA `adapter` merged in); its linear kernels measured on this machine unless `kernels`
+        names one (the benchmarks time it)."""
         from clover2.decoding.target import load_target
 
         return load_target(name or self.target, dtype=self.dtype, device=self.device, chat_template=self.chat_template,
-                           kernels=kernels)
+                           adapter=adapter, kernels=kernels)
 
     def draft_config(self, arch: str, **overrides) -> DraftConfig:
         """The architecture's recipe, then the profile's shared and own draft settings, then `overrides`."""
@@ -125,22 +127,63 @@ def profile_yaml(path: Path, seen: tuple[Path, ...] = ()) -> dict:
     return _merged(profile_yaml(parent, (*seen, path)), raw)
 
 
+TOP_LEVEL = ("target", "dtype", "device", "chat_template")
+SECTIONS = {"data": DataConfig, "train": TrainConfig, "draft": DraftConfig, "bench": BenchConfig,
+            "study": StudyConfig, "design": DesignConfig}
+
+
+def with_settings(raw: dict, settings: Sequence[str]) -> dict:
+    """A profile's YAML mapping with each SECTION.FIELD=VALUE set (VALUE read as YAML): `train.lr=3e-4`,
+    `train.eagle1.lr=3e-5` (one architecture's own), `bench.fit.max_nodes=40`, `dtype=float32`."""
+    for text in settings:
+        key, sep, value = text.partition("=")
+        path = key.strip().split(".")
+        if not sep or not all(path):
+            raise Clover2Error(f"--set takes SECTION.FIELD=VALUE (e.g. train.max_steps=600), got {text!r}")
+        if len(path) == 1 and path[0] not in TOP_LEVEL:
+            owners = [name for name, cls in SECTIONS.items() if path[0] in {f.name for f in fields(cls)}]
+            hint = f": did you mean {' or '.join(f'{o}.{path[0]}' for o in owners)}?" if owners else ""
+            raise Clover2Error(f"--set {text}: a setting is SECTION.FIELD (sections: {', '.join(SECTIONS)}; "
+                               f"top level: {', '.join(TOP_LEVEL)}){hint}")
+        node = raw
+        for part in path[:-1]:
+            if node.get(part) is None:
+                node[part] = {}
+            if not isinstance(node[part], dict):
+                raise Clover2Error(f"--set {text}: {part} is a value, not a section")
+            node = node[part]
+        node[path[-1]] = _yaml_value(value)
+    return raw
+
+
+def _yaml_value(text: str):
+    """`text` read as YAML, with 3e-4 a number (YAML 1.1, which PyYAML reads, wants 3.0e-4)."""
+    value = yaml.safe_load(text)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    return value
+
+
 def _merged(base: dict, over: dict) -> dict:
     return base | {k: _merged(base[k], v) if isinstance(v, dict) and isinstance(base.get(k), dict) else v
                    for k, v in over.items()}
 
 
-def load_profile(name: str | Path | None = None) -> Profile:
-    """A profile by name (a shipped one) or YAML path; None: the default profile."""
+def load_profile(name: str | Path | None = None, settings: Sequence[str] = ()) -> Profile:
+    """A profile by name (a shipped one) or YAML path; None: the default profile. `settings`:
+    SECTION.FIELD=VALUE changes on top of it (`with_settings`), checked as the file's own keys are."""
     name = default_profile() if name is None else name
     path = Path(name)
     if not path.suffix:
         path = CONFIG_DIR / f"{name}.yaml"
     if not path.is_file():
         raise Clover2Error(f"unknown profile {str(name)!r}; known: {', '.join(known_profiles())}, or a YAML path")
-    raw = profile_yaml(path)
-    _check_keys(raw, {"target", "dtype", "device", "chat_template", "data", "train", "draft", "bench", "study",
-                      "design"}, str(path))
+    raw = with_settings(profile_yaml(path), settings)
+    where = str(path) + (f" (with --set {' '.join(settings)})" if settings else "")
+    _check_keys(raw, set(TOP_LEVEL) | set(SECTIONS), where)
     from clover2.drafts import ARCHITECTURES
 
     own: dict[str, dict] = {}
@@ -148,25 +191,25 @@ def load_profile(name: str | Path | None = None) -> Profile:
         shared = dict(raw.get(key) or {})
         for arch in set(shared) & set(ARCHITECTURES):
             mine = shared.pop(arch) or {}
-            _check_keys(mine, {f.name for f in fields(cls)} - {"arch"}, f"{path} [{key}.{arch}]")
+            _check_keys(mine, {f.name for f in fields(cls)} - {"arch"}, f"{where} [{key}.{arch}]")
             own.setdefault(arch, {})[key] = {k: tuple(v) if isinstance(v, list) else v for k, v in mine.items()}
         raw[key] = shared
-    sections = {key: _section(raw.get(key), cls, f"{path} [{key}]", nested)
+    sections = {key: _section(raw.get(key), cls, f"{where} [{key}]", nested)
                 for key, cls, nested in (("data", DataConfig, {}), ("train", TrainConfig, {}),
                                          ("bench", BenchConfig, {"fit": FitConfig}), ("study", StudyConfig, {}))}
     draft = raw.get("draft") or {}
-    _check_keys(draft, {f.name for f in fields(DraftConfig)} - {"arch"}, f"{path} [draft]")
+    _check_keys(draft, {f.name for f in fields(DraftConfig)} - {"arch"}, f"{where} [draft]")
     profile = Profile(name=path.stem, target=str(raw.get("target", DEFAULT_TARGET)),
                       dtype=str(raw.get("dtype", "auto")), device=str(raw.get("device", "cpu")),
                       data=sections["data"], train=sections["train"], draft=draft, bench=sections["bench"],
                       study=sections["study"], own=own, chat_template=raw.get("chat_template"),
-                      design=DesignConfig.from_yaml(raw.get("design"), f"{path} [design]"))
+                      design=DesignConfig.from_yaml(raw.get("design"), f"{where} [design]"))
     for arch in own:  # every architecture's settings are checked now, not when it is first trained
         profile.draft_config(arch)
         try:
             profile.train_config(arch)
         except TypeError as e:
-            raise Clover2Error(f"{path} [train.{arch}]: {e}") from None
+            raise Clover2Error(f"{where} [train.{arch}]: {e}") from None
     return profile
 
 
@@ -203,10 +246,13 @@ def dry_run_profile(name: str | Path | None) -> Path:
 
 
 def _section(raw, cls, where: str, nested: dict):
-    """A config dataclass from its YAML mapping (lists become tuples; `nested` sections recursively)."""
+    """A config dataclass from its YAML mapping (lists become tuples, and so does one word given for a
+    tuple field: `sources: corpus`; `nested` sections recursively)."""
     raw = raw or {}
     _check_keys(raw, {f.name for f in fields(cls)}, where)
-    values = {k: tuple(v) if isinstance(v, list) else v for k, v in raw.items() if k not in nested}
+    tuples = {f.name for f in fields(cls) if isinstance(f.default, tuple)}
+    values = {k: tuple(v) if isinstance(v, list) else (v,) if isinstance(v, str) and k in tuples else v
+              for k, v in raw.items() if k not in nested}
     values |= {k: _section(raw.get(k), c, f"{where[:-1]}.{k}]", {}) for k, c in nested.items()}
     try:
         return cls(**values)

@@ -143,3 +143,30 @@ def test_a_bad_base_is_refused(tmp_path, text, match):
     (tmp_path / "loop.yaml").write_text(text)
     with pytest.raises(Clover2Error, match=match):
         load_profile(tmp_path / "loop.yaml")
+
+
+def test_set_changes_any_setting_of_a_profile():
+    """`--set SECTION.FIELD=VALUE` reaches every section, one architecture's own settings, nested
+    sections and the top level; the values are YAML; nothing else moves."""
+    plain = load_profile("cpu")
+    changed = load_profile("cpu", settings=["train.max_steps=17", "train.eagle1.lr=3e-4", "draft.num_heads=4",
+                                            "bench.fit.prompts=9", "dtype=float32", "train.sources=corpus",
+                                            "bench.tasks=[qa, gsm8k]"])
+    assert changed.train.max_steps == 17 and changed.train_config("eagle1").lr == 3e-4
+    assert changed.train_config("clover2").lr == plain.train_config("clover2").lr
+    assert changed.draft_config("clover2").num_heads == 4 and changed.bench.fit.prompts == 9
+    assert changed.dtype == "float32" and changed.train.sources == ("corpus",)
+    assert changed.bench.tasks == ("qa", "gsm8k")
+    assert replace(changed.data) == plain.data and changed.name == plain.name
+
+
+@pytest.mark.parametrize("setting, match", [
+    ("max_steps=3", "did you mean train.max_steps"),  # a field without its section
+    ("train.max_stepz=3", r"--set train.max_stepz=3.*unknown keys \['max_stepz'\]"),
+    ("train.max_steps", "SECTION.FIELD=VALUE"),
+    ("dtype.x=1", "dtype is a value, not a section"),
+    ("train.max_steps=-4", "max_steps, max_minutes and epochs must be >= 0"),  # the config's own checks still run
+])
+def test_a_bad_set_is_refused_clearly(setting, match):
+    with pytest.raises(Clover2Error, match=match):
+        load_profile("cpu", settings=[setting])

@@ -132,10 +132,10 @@ def test_resuming_with_other_settings_is_refused(target, data, tmp_path):
 def test_two_torchrun_processes_match_one(tiny_folder, target, data, tmp_path):
     profile = tmp_path / "p.yaml"
     profile.write_text(f"target: {tiny_folder}\ndtype: float32\ntrain:\n  batch_size: 4\n  max_len: 32\n"
-                       "  max_steps: 4\n  eval_every: 2\n  eval_batches: 1\n  warmup_steps: 2\n  held_out: 0.2\n"
-                       "draft:\n  num_heads: 3\n")
+                       "  max_steps: 40\n  eval_every: 2\n  eval_batches: 1\n  warmup_steps: 2\n  held_out: 0.2\n")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    common = ["-m", "clover2.cli", "train", "--profile", str(profile), "--arch", "clover2", "--data", str(data)]
+    common = ["-m", "clover2.cli", "train", "--profile", str(profile), "--arch", "clover2", "--data", str(data),
+              "--set", "train.max_steps=4", "--set", "draft.num_heads=3"]  # settings from the command line
     subprocess.run([sys.executable, *common, "--out", str(tmp_path / "one")], check=True, env=env, cwd=ROOT,
                    capture_output=True)
     subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29517",
@@ -143,6 +143,7 @@ def test_two_torchrun_processes_match_one(tiny_folder, target, data, tmp_path):
     one = [json.loads(x) for x in (tmp_path / "one" / "metrics.jsonl").read_text().splitlines()]
     two = [json.loads(x) for x in (tmp_path / "two" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in one] == [r["step"] for r in two] == [2, 4]
+    assert json.loads((tmp_path / "one" / "draft.json").read_text())["draft_config"]["num_heads"] == 3
     for r1, r2 in zip(one, two):
         assert r1["train_loss"] == pytest.approx(r2["train_loss"], rel=1e-4)
         assert r1["eval_loss"] == pytest.approx(r2["eval_loss"], rel=1e-4)

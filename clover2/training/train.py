@@ -92,6 +92,8 @@ class TrainConfig:
     def __post_init__(self):
         if self.lr <= 0 or self.batch_size < 1 or self.max_len < 8 or self.eval_every < 1:
             raise Clover2Error(f"train config: need lr > 0, batch_size >= 1, max_len >= 8, eval_every >= 1: {self}")
+        if min(self.max_steps, self.max_minutes, self.epochs) < 0:
+            raise Clover2Error(f"train config: max_steps, max_minutes and epochs must be >= 0: {self}")
         if not self.max_steps and not self.max_minutes and self.epochs < 1:
             raise Clover2Error("train config: give max_steps, max_minutes or epochs")
         if self.autocast_bf16 not in (True, False, "auto"):
