@@ -2,10 +2,13 @@
 record names its machine precisely."""
 
 import json
+from pathlib import Path
 
 import nbformat
+import numpy as np
 import pytest
 
+from clover2.drafts.checkpoint import load_draft, probe
 from clover2.research.artifacts import artifacts, page
 
 
@@ -69,3 +72,19 @@ def test_a_short_cpu_name_follows_from_vendor_family_model_and_flags(cpu, name):
     from clover2.measure.provenance import cpu_name
 
     assert cpu_name(cpu) == name
+
+
+PUBLISHED = sorted((Path(__file__).parents[1] / "results").glob("*/drafts/*/draft.safetensors"))
+
+
+@pytest.mark.skipif(not PUBLISHED, reason="no draft published in results/ yet")
+@pytest.mark.parametrize("weights", PUBLISHED, ids=lambda p: f"{p.parents[2].name}-{p.parent.name}")
+def test_a_published_draft_computes_what_it_computed_when_published(smollm2, weights):
+    """Each committed draft loads on the embedded target and proposes, with the same logits, what it
+    proposed when it was published (its `probe`): a change of the code that moved what a trained
+    draft computes, and so its tau, fails here."""
+    folder = weights.parent
+    recorded = json.loads((folder / "draft.json").read_text())["probe"]
+    got = probe(load_draft(folder, smollm2), smollm2)
+    assert got["tokens"] == recorded["tokens"]
+    np.testing.assert_allclose(got["logits"], recorded["logits"], atol=2e-3)

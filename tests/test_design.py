@@ -3,6 +3,7 @@ a whole small study on a tiny target that trains, records, replays, resumes and 
 
 from __future__ import annotations
 
+import json
 import shutil
 from dataclasses import replace
 
@@ -13,7 +14,7 @@ from conftest import tiny_target
 from safetensors.torch import load_file
 from test_training import fake_data
 
-from clover2.drafts.checkpoint import load_draft
+from clover2.drafts.checkpoint import load_draft, probe
 from clover2.errors import Clover2Error
 from clover2.profiles import load_profile
 from clover2.research.design import Arm, DesignConfig, Experiment, chosen_lr, decay_start, dev_measure, grid, plan
@@ -126,7 +127,8 @@ def test_a_small_study_trains_records_replays_and_resumes(tmp_path, monkeypatch)
     published = experiment.publish()
     assert [p.name for p in published] == ["c2", "e1"]
     assert {v.dtype for v in load_file(published[0] / "draft.safetensors").values() if v.is_floating_point()} == {torch.bfloat16}
-    load_draft(published[0], target)
+    sidecar = json.loads((published[0] / "draft.json").read_text())  # with what it computes on a fixed prompt
+    assert sidecar["probe"] == probe(load_draft(published[0], target), target) and len(sidecar["probe"]["tokens"]) == 3
     check = experiment.check_published()
     assert check.arm.tolist() == ["c2", "e1"] and check.difference.abs().max() < 0.5
 

@@ -21,7 +21,7 @@ from safetensors.torch import load_file, save_file
 from clover2.decoding.kernels import available, linear_pass, linear_shapes, tuned
 from clover2.decoding.target import Target
 from clover2.drafts import build_draft
-from clover2.drafts.base import BORROWED, DraftModel
+from clover2.drafts.base import BORROWED, DraftModel, TreeAttention
 from clover2.drafts.config import DraftConfig
 from clover2.errors import Clover2Error
 from clover2.files import atomic_path, sha256_file, write_json
@@ -96,3 +96,32 @@ def load_draft(path: str | Path, target: Target, *, weights: str = "float") -> D
         mode = target.kernels if target.kernels in ("auto", *available(dtype, target.device)) else "auto"
         tuned(model, mode, linear_pass(model), {"draft": config.arch, "linears": linear_shapes(model)})
     return model
+
+
+PROBE = "Explain in two sentences why the sky is blue."  # the fixed chat prompt of `probe`
+
+
+@torch.no_grad()
+def probe(model: DraftModel, target: Target, *, depth: int = 2, top: int = 8) -> dict[str, list]:
+    """What a draft computes on one fixed chat prompt, recorded when a draft is published so that a
+    later version of the code can be checked against it: from the prompt's last position down the
+    draft's own greedy path, each depth's `top` most likely tokens (target ids) and their logits."""
+    ids = target.encode_chat([{"role": "user", "content": PROBE}])
+    n = len(ids)
+    x = torch.tensor([ids], device=target.device)
+    h = target.forward(x, torch.arange(n, device=target.device)[None], target.causal_mask(n), target.new_cache(),
+                       hidden=True, layers=model.hidden_layers).hidden
+    dtype = next(model.parameters()).dtype
+    cache = model.new_cache()
+    state = model.advance(h[:, :-1].to(dtype), x[:, 1:], cache)  # the root: the prompt's last token
+    committed = cache.get_seq_length()
+    logits = model.root_logits(state)
+    tokens, values = [], []
+    for d in range(depth + 1):
+        best = logits[0].float().topk(top)
+        tokens.append(model.d2t[best.indices].tolist())
+        values.append([round(v, 4) for v in best.values.tolist()])
+        if d < depth:
+            attention = TreeAttention(committed, [list(range(committed, committed + d))])
+            state, logits = model.step(state, model.d2t[best.indices[:1]], d + 1, cache=cache, attention=attention)
+    return {"prompt": PROBE, "tokens": tokens, "logits": values}

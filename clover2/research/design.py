@@ -36,7 +36,7 @@ from safetensors.torch import load_file, save_file
 
 from clover2.decoding.decode import DecodeConfig
 from clover2.decoding.prompts import first_turn_ids
-from clover2.drafts.checkpoint import SIDECAR, WEIGHTS, load_draft
+from clover2.drafts.checkpoint import SIDECAR, WEIGHTS, load_draft, probe
 from clover2.errors import Clover2Error
 from clover2.files import atomic_path, sha256_file, stable_hash, write_csv, write_json
 from clover2.measure.acceptance import layers_read, references, replayed_steps
@@ -411,7 +411,7 @@ class Experiment:
     def publish(self) -> list[Path]:
         """Seed 0 of every arm with a grid at the main budget, on all the data, at its chosen rate,
         copied to results/<profile>/drafts/<arm>/ with bf16 weights (its settings, the target's
-        fingerprint, the weights' SHA-256 and its record from runs.csv beside them): what a reader loads
+        fingerprint, the weights' SHA-256, its record from runs.csv and its `probe` beside them): what a reader loads
         with `load_draft` or `clover2 generate --draft`. Arms not finished yet are skipped."""
         dev, records, out = self.dev(), self.records().set_index("run"), []
         for arm, spec in self.design.arms.items():
@@ -428,6 +428,7 @@ class Experiment:
                 meta |= {"weights_sha256": sha256_file(tmp / WEIGHTS), "weights_dtype": "bfloat16", "run": run.name,
                          "record": json.loads(records.loc[run.name].to_json())}
                 write_json(tmp / SIDECAR, meta)
+                write_json(tmp / SIDECAR, meta | {"probe": probe(load_draft(tmp, self.study.target), self.study.target)})
             out.append(dest)
         return out
 
