@@ -239,7 +239,8 @@ def dry_run_profile(name: str | Path | None) -> Path:
         raw["bench"]["draft_weights"] = "float"  # what `auto` decodes the drafts in off a CPU, as the real run
     out = cache_root() / "profiles" / f"{prof.name}-dry.yaml"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(f"# The dry run of {prof.name}: its study at smoke sizes on a CPU (clover2.profiles.dry_run_profile)\n"
+    out.write_text(f"# The dry run of {prof.name}: its study at smoke sizes on a CPU "
+                   "(clover2.profiles.dry_run_profile)\n"
                    + yaml.safe_dump(raw, sort_keys=False))
     load_profile(out)
     return out

@@ -53,7 +53,8 @@ PROBE = """<script>window.addEventListener('load', () => {
     if (!i.complete || i.naturalWidth === 0) found.broken.push(i.getAttribute('src')); });
   const verdict = document.querySelector('.verdict');
   found.verdict_bottom = verdict ? verdict.getBoundingClientRect().bottom + window.scrollY : null;
-  found.figures = Array.from(main.querySelectorAll('img')).map(i => [i.getAttribute('src'), i.getBoundingClientRect().width]);
+  found.figures = Array.from(main.querySelectorAll('img'))
+    .map(i => [i.getAttribute('src'), i.getBoundingClientRect().width]);
   main.querySelectorAll('table').forEach(t => {
     const w = t.scrollWidth;
     if (w > column + 4) found.wide.push(Math.round(w) + 'px: ' + t.innerText.slice(0, 60).replace(/\\s+/g, ' '));
@@ -64,7 +65,8 @@ PROBE = """<script>window.addEventListener('load', () => {
   main.querySelectorAll('.math').forEach(m => {
     if (!m.querySelector('mjx-container')) found.tex.push(m.textContent.slice(0, 60));
   });
-  found.reprs = (main.innerText.match(/\\b(?:Posix|Windows)Path\\([^)]*\\)|<[\\w.]+ object at 0x[0-9a-f]+>/g) || []).slice(0, 3);
+  found.reprs = (main.innerText.match(/\\b(?:Posix|Windows)Path\\([^)]*\\)|<[\\w.]+ object at 0x[0-9a-f]+>/g) || [])
+    .slice(0, 3);
   document.body.setAttribute('data-book-check', JSON.stringify(found));
  });
 });</script>"""
@@ -117,7 +119,8 @@ def check_page(name: str, found: dict) -> list[str]:
     for src, shown in found["figures"]:
         pt = figure_text_pt(HTML / name, src, shown)
         if pt is not None and pt < MIN_PT - 0.05:
-            problems.append(f"{name}: figure {src}: its smallest text is {pt:.1f} pt at the page's width (under {MIN_PT})")
+            problems.append(f"{name}: figure {src}: its smallest text is {pt:.1f} pt at the page's width "
+                            f"(under {MIN_PT})")
     if name.startswith("results/") and (found["images"] + found["tables"] == 0 or found["text"] < 400):
         problems.append(f"{name}: results page without a figure or table, or nearly empty ({found['text']} characters)")
     return problems

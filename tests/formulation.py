@@ -44,7 +44,8 @@ def fingerprint(target, arch: str) -> dict[str, torch.Tensor]:
         outs = [o[:, :n - 1 - i] for i, o in enumerate(model(h, ids.roll(-1, 1), steps=steps))]
         sum((model.logits(o) ** 2).mean() + o.pow(2).mean() for o in outs).backward()
         out |= {f"train{steps}/depth{i}": o[:, ::5, :16].detach() for i, o in enumerate(outs)}
-        out |= {f"grad{steps}/{name}": p.grad.norm()[None] for name, p in model.named_parameters() if p.grad is not None}
+        out |= {f"grad{steps}/{name}": p.grad.norm()[None]
+                for name, p in model.named_parameters() if p.grad is not None}
     model.eval()
     with torch.no_grad():
         cache, t = model.new_cache(), 9

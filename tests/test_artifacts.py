@@ -35,7 +35,8 @@ def test_every_published_record_is_listed_and_smoke_runs_are_not(tmp_path):
     assert table.loc["cpu/notebooks/01.ipynb", "commit"] == "abc1234-dirty"
     assert table.loc["cpu/notebooks/02.ipynb", "commit"] == "9999999"
     assert table.loc["cpu/bench", "machine"] == "Intel Xeon"  # trademarks dropped: the table fits the column
-    assert table.loc["cpu/notebooks/01.ipynb", "date"] == "2026-12-02" and table.loc["cpu/bench", "date"] == "2026-11-30"
+    assert (table.loc["cpu/notebooks/01.ipynb", "date"] == "2026-12-02"
+            and table.loc["cpu/bench", "date"] == "2026-11-30")
     text = page(tmp_path)
     assert "4 records, 3 commits, 1 from a tree with uncommitted changes" in text and "`abc1234-dirty`" in text
 

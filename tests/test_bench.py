@@ -72,7 +72,8 @@ def test_summary_has_overall_and_per_task_rows_with_intervals(runs):
 def test_a_runs_table_read_back_from_its_csv_summarizes_as_it_was_written(runs, tmp_path):
     runs.to_csv(tmp_path / "runs.csv", index=False)  # a method without a tree comes back with tree NaN
     again = summarize(pd.read_csv(tmp_path / "runs.csv"))
-    pd.testing.assert_frame_equal(again[["method", "task", "speedup", "tau"]], summarize(runs)[["method", "task", "speedup", "tau"]])
+    pd.testing.assert_frame_equal(again[["method", "task", "speedup", "tau"]],
+                                  summarize(runs)[["method", "task", "speedup", "tau"]])
 
 
 def test_how_far_each_figure_moved_between_two_runs(runs):
@@ -83,7 +84,8 @@ def test_how_far_each_figure_moved_between_two_runs(runs):
 
 def test_paired_comparisons_are_per_prompt_ratios_of_the_same_run(runs):
     p = paired(runs, n_boot=500)
-    assert set(zip(p.method, p.versus, p.temperature)) == {(a, b, t) for t, ms in ((0, ("ar", "pld", "hf")), (1, ("ar", "pld")))
+    assert set(zip(p.method, p.versus, p.temperature)) == {(a, b, t) for t, ms in ((0, ("ar", "pld", "hf")),
+                                                                                   (1, ("ar", "pld")))
                                                             for a in ms for b in ms if a != b}
     pld = runs[(runs.method == "pld") & (runs.temperature == 0)]
     row = p[(p.method == "pld") & (p.versus == "ar") & (p.temperature == 0)].iloc[0]
@@ -189,7 +191,8 @@ def test_method_specs(spec, parsed):
     s = MethodSpec.parse(spec)
     name, tree, temperature, path = s.name, s.tree, s.temperature, s.draft
     assert (name, tree, temperature, str(path) if path else None) == parsed
-    assert s.arch == {"clover2": "clover2", "eagle1": "eagle1", "pld+clover2": "clover2", "suffix+eagle1": "eagle1"}.get(name, "")
+    assert s.arch == {"clover2": "clover2", "eagle1": "eagle1", "pld+clover2": "clover2",
+                      "suffix+eagle1": "eagle1"}.get(name, "")
     assert s.is_draft == bool(s.arch)
 
 
@@ -220,7 +223,8 @@ def test_engine_is_in_the_label_and_reaches_the_decoder():
     import clover2.measure.bench as bench
     real = bench.generate
     try:
-        bench.generate = lambda target, drafter, prompt, config: calls.append(config.engine) or real(target, drafter, prompt, config)
+        bench.generate = lambda target, drafter, prompt, config: (calls.append(config.engine)
+                                                                  or real(target, drafter, prompt, config))
         make_method("ar!static", t, DecodeConfig(max_new_tokens=2)).run([1, 2, 3])
     finally:
         bench.generate = real
@@ -269,9 +273,9 @@ def test_configured_bench_with_a_fitted_tree_writes_the_table(tmp_path):
     config = BenchConfig(tasks=(str(_spec_bench_file(tmp_path / "question.jsonl")),), n_per_task=1,
                          max_new_tokens=10, methods=("ar", "pld", "suffix", "tr@chain3", "clover2@eagle25",
                                                      "clover2@dynamic:8:3:3", "clover2@fitted", "pld+clover2@fitted",
-                                                     "suffix+clover2@fitted", "union+clover2@fitted", "union+clover2@eagle25",
-                                                     "ar/1", "clover2@eagle25/1", "union+clover2@eagle25/1",
-                                                     "ar!graphs", "clover2@fitted!graphs"),
+                                                     "suffix+clover2@fitted", "union+clover2@fitted",
+                                                     "union+clover2@eagle25", "ar/1", "clover2@eagle25/1",
+                                                     "union+clover2@eagle25/1", "ar!graphs", "clover2@fitted!graphs"),
                          fit=FitConfig(max_depth=3, top_k=3, prompts=2, max_new_tokens=8), threads=1)
     table = run_bench(t, config, tmp_path / "drafts", tmp_path / "out")
     disk = pd.read_csv(tmp_path / "out" / "bench.csv")
@@ -290,16 +294,19 @@ def test_configured_bench_with_a_fitted_tree_writes_the_table(tmp_path):
     assert fit.predicted_speedup.max() == pytest.approx(fitted["predicted_speedup"])
     assert "clover2!graphs" in env["fitted_trees"] and (tmp_path / "out" / "fit_clover2!graphs.csv").exists()
     union = pd.read_csv(tmp_path / "out" / "fit_union+clover2.csv")  # the union's fit includes the draft alone
-    assert {"suffix_budget", "pld_budget"} <= set(union.columns) and union.predicted_speedup.max() >= fit.predicted_speedup.max()
+    assert ({"suffix_budget", "pld_budget"} <= set(union.columns)
+            and union.predicted_speedup.max() >= fit.predicted_speedup.max())
     assert env["fitted_trees"]["union+clover2"]["predicted_speedup"] == pytest.approx(union.predicted_speedup.max())
     weights = env["drafts"]["clover2"]  # the precision chosen by the predicted speed of each one's best tree
     assert set(weights["predicted_speedup_by_weights"]) == {"float", "int8"}
-    assert weights["weights"] == max(weights["predicted_speedup_by_weights"], key=weights["predicted_speedup_by_weights"].get)
+    assert weights["weights"] == max(weights["predicted_speedup_by_weights"],
+                                     key=weights["predicted_speedup_by_weights"].get)
     assert set(disk[disk.method.str.contains("clover2")].draft_weights) == {env["draft_weights"], weights["weights"]}
     union = disk[disk.method == "union+clover2@eagle25"]  # what each source proposed of its accepted tokens
     assert union[[f"accepted_{s}_per_step" for s in ("suffix", "pld", "model")]].notna().all().all()
     assert set(env["kernel_check"]) == {"kernels_measured_again", "one_token_dearer_than_two"}
-    assert sum(env["calibration_tasks"].values()) == 2 and set(env["calibration"]["clover2"]) == {"model", "suffix", "pld"}
+    assert (sum(env["calibration_tasks"].values()) == 2
+            and set(env["calibration"]["clover2"]) == {"model", "suffix", "pld"})
     assert env["kernels"]["mode"] == "auto" and len(env["kernels"]["kernels"]) == len(env["kernels"]["buckets"])
     curve = pd.read_csv(tmp_path / "out" / "cost_curve.csv")
     assert set(curve.engine) == {"eager", "graphs"}  # one curve per engine in the run
@@ -320,8 +327,8 @@ def test_a_fit_that_finds_no_tree_decodes_plainly(tmp_path, monkeypatch):
     cfg = DraftConfig.for_arch("clover2", num_heads=3)
     save_draft(tmp_path / "drafts" / "clover2", build_draft(cfg, t), t, cfg, extra={})
     config = BenchConfig(tasks=(str(_spec_bench_file(tmp_path / "question.jsonl")),), n_per_task=1, max_new_tokens=10,
-                         methods=("ar", "pld", "suffix", "clover2@fitted", "pld+clover2@fitted", "suffix+clover2@fitted",
-                                  "union+clover2@fitted"),
+                         methods=("ar", "pld", "suffix", "clover2@fitted", "pld+clover2@fitted",
+                                  "suffix+clover2@fitted", "union+clover2@fitted"),
                          fit=FitConfig(max_depth=2, top_k=3, prompts=1, max_new_tokens=6), threads=1)
     table = run_bench(t, config, tmp_path / "drafts", tmp_path / "out").set_index(["method", "task"])
     env = json.loads((tmp_path / "out" / "env.json").read_text())

@@ -50,7 +50,8 @@ def _answer_runs(target: Target, ids: list[int], mask: list[bool]) -> list[str]:
 def test_every_answer_is_in_the_mask_exactly_once(template, end_of_turn):
     target = _target(template)
     ids, mask = conversation_ids(target, MESSAGES)
-    assert len(ids) == len(mask) and target.tokenizer.decode(ids) == target.render_chat(MESSAGES, add_generation_prompt=False)
+    assert (len(ids) == len(mask)
+            and target.tokenizer.decode(ids) == target.render_chat(MESSAGES, add_generation_prompt=False))
     runs = _answer_runs(target, ids, mask)
     assert len(runs) == len(TURNS)
     for run, (question, answer) in zip(runs, TURNS):

@@ -55,7 +55,8 @@ def test_pairs_compare_drafts_at_shared_steps_with_intervals_paired_by_prompt():
     """A draft ahead on every prompt is ahead beyond noise; a copy of a draft ties with it exactly."""
     ahead, base = _steps("clover2", 0.2, 0.05, 1.0), _steps("eagle3", 0.1, 0.05, 1.0)
     copy = base.assign(draft="eagle1")
-    p = curves.pairs(pd.concat([ahead, base, copy]), (("clover2", "eagle3"), ("eagle1", "eagle3"), ("medusa", "eagle3")))
+    p = curves.pairs(pd.concat([ahead, base, copy]),
+                     (("clover2", "eagle3"), ("eagle1", "eagle3"), ("medusa", "eagle3")))
     assert set(p.step) == {150, 300, 600, 1200} and set(p.draft) == {"clover2", "eagle1"}  # medusa: not measured
     lead = p[p.draft == "clover2"]
     np.testing.assert_allclose(lead.ratio, lead.tau / lead.against_tau)

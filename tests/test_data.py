@@ -41,7 +41,8 @@ def test_packed_labels_equal_one_conversation_at_a_time(tiny, tmp_path):
     np.testing.assert_array_equal(alone["offsets"], packed["offsets"])
     np.testing.assert_array_equal(alone["ids"], packed["ids"])
     np.testing.assert_array_equal(alone["response"], packed["response"])
-    np.testing.assert_allclose(alone["hidden"].astype(np.float32), packed["hidden"].astype(np.float32), atol=2e-3, rtol=1e-3)
+    np.testing.assert_allclose(alone["hidden"].astype(np.float32), packed["hidden"].astype(np.float32),
+                               atol=2e-3, rtol=1e-3)
     np.testing.assert_allclose(alone["topk_logp"].astype(np.float32), packed["topk_logp"].astype(np.float32), atol=2e-3)
     assert (alone["topk_ids"][:, 0] == packed["topk_ids"][:, 0]).mean() > 0.99
     stats = json.loads((tmp_path / "packed" / "stats.json").read_text())
@@ -81,7 +82,8 @@ def _char_chat(tiny, monkeypatch) -> None:
     monkeypatch.setattr(type(tiny), "render_chat", lambda self, m, add_generation_prompt=True: "".join(
         f"<{x['role'][0]}>{x['content']}" for x in m) + ("<a>" if add_generation_prompt else ""))
     monkeypatch.setattr(type(tiny), "tokenize", lambda self, text, offsets=False: (
-        [ord(c) % 90 for c in text], [(i, i + 1) for i in range(len(text))]) if offsets else [ord(c) % 90 for c in text])
+        [ord(c) % 90 for c in text], [(i, i + 1) for i in range(len(text))])
+        if offsets else [ord(c) % 90 for c in text])
 
 
 def test_corpus_data_resumes_and_refuses_other_settings(tiny, tmp_path, monkeypatch):
@@ -252,7 +254,8 @@ def test_held_out_set_answers_each_tasks_dev_prompts(tiny, tmp_path, monkeypatch
     monkeypatch.setattr(data_mod, "load_task", load_task)
     monkeypatch.setattr(data_mod, "training_prompts", lambda: load_task("qa", 3, 0, split="train"))
     _char_chat(tiny, monkeypatch)
-    chat = [[{"role": "user", "content": f"question {i}"}, {"role": "assistant", "content": "answer"}] for i in range(9)]
+    chat = [[{"role": "user", "content": f"question {i}"}, {"role": "assistant", "content": "answer"}]
+            for i in range(9)]
     config = DataConfig(tokens=0, conversations=2, task_prompts=True, eval_conversations=3, dev_per_task=2,
                         max_tokens=40, pack_tokens=80, max_new_tokens=3, shard_conversations=4, top_k=4)
     prepare_data(tiny, chat, tmp_path / "eval", config.held_out_set())
@@ -268,7 +271,8 @@ def test_held_out_set_answers_each_tasks_dev_prompts(tiny, tmp_path, monkeypatch
 def test_the_target_answers_again_the_corpus_conversations_first_prompts(tiny, tmp_path, monkeypatch):
     """The self part's ShareGPT prompts are the corpus part's first ones, in the same seeded order,
     each cut to its own window (`corpus_max_tokens` for the corpus, `max_tokens` for the answers)."""
-    chat = [[{"role": "user", "content": f"question {i} " + "x" * (i % 3)}, {"role": "assistant", "content": "answer " * 9}]
+    chat = [[{"role": "user", "content": f"question {i} " + "x" * (i % 3)},
+             {"role": "assistant", "content": "answer " * 9}]
             for i in range(12)]
     _char_chat(tiny, monkeypatch)
     config = DataConfig(tokens=100, corpus_max_tokens=20, conversations=3, max_tokens=60, pack_tokens=80,
@@ -295,5 +299,6 @@ def test_the_translation_task_is_german_into_english():
     assert len(records) == 575 and len({r.id for r in records}) == 575
     intro = "Translate the following German text into English.\n\n"
     assert all(r.turns[0].startswith(intro) and not r.turns[0].endswith("Answer:") for r in records)
-    german = [r for r in records if {"der", "die", "das", "und", "ist", "ein", "eine"} & set(r.turns[0][len(intro):].split())]
+    german = [r for r in records
+              if {"der", "die", "das", "und", "ist", "ein", "eine"} & set(r.turns[0][len(intro):].split())]
     assert len(german) > 0.9 * len(records)

@@ -21,7 +21,8 @@ from clover2.research.design import Arm, DesignConfig, Experiment, chosen_lr, de
 from clover2.research.study import Study
 from clover2.research.verdicts import analyze, page
 
-DESIGN = DesignConfig(arms={"c2": Arm("clover2", lrs=(1e-3, 3e-3), seeds=2), "e1": Arm("eagle1", lrs=(1e-3, 3e-3), seeds=2),
+DESIGN = DesignConfig(arms={"c2": Arm("clover2", lrs=(1e-3, 3e-3), seeds=2),
+                            "e1": Arm("eagle1", lrs=(1e-3, 3e-3), seeds=2),
                             "abl": Arm("clover2-no-projector", lr_from="c2", seeds=1, tier=3)},
                       reference="e1", primary=("c2",), budgets=(5, 10), curve=(20,), half_data=0.5,
                       n_per_task=1, max_new_tokens=6, main_trees=("chain1",), n_boot=50)
@@ -40,10 +41,12 @@ def test_a_plan_runs_each_grid_then_the_seeds_at_the_chosen_rate_then_the_curve(
     assert [r.name for r in runs] == ["c2/lr0.001-s0/b10", "c2/lr0.001-s0/b5", "c2/lr0.003-s0/b10", "c2/lr0.003-s0/b5",
                                       "e1/lr0.001-s0/b10", "e1/lr0.001-s0/b5", "e1/lr0.003-s0/b10", "e1/lr0.003-s0/b5"]
     main, short = runs[:2]
-    assert decay_start(5, 0.2) == 4 and main.states == (4, 8) and (short.parent, short.parent_step, short.steps) == (main, 4, 1)
+    assert (decay_start(5, 0.2) == 4 and main.states == (4, 8)
+            and (short.parent, short.parent_step, short.steps) == (main, 4, 1))
     dev = {("c2", 1e-3): 1.4, ("c2", 3e-3): 1.3, ("e1", 1e-3): 1.2, ("e1", 3e-3): 1.25}
     fixed = replace(DESIGN, extend_edge=False)
-    assert chosen_lr(fixed, "c2", dev) == 1e-3 and chosen_lr(fixed, "abl", dev) == 1e-3 and chosen_lr(fixed, "e1", {}) is None
+    assert (chosen_lr(fixed, "c2", dev) == 1e-3 and chosen_lr(fixed, "abl", dev) == 1e-3
+            and chosen_lr(fixed, "e1", {}) is None)
     names = [r.name for r in plan(fixed, dev, 0.2)]
     assert names[8:] == ["c2/lr0.001-s1/b10", "c2/lr0.001-s1/b5", "e1/lr0.003-s1/b10", "e1/lr0.003-s1/b5",
                          "c2/lr0.001-s0/b20", "c2/lr0.001-s0-share0.5/b10",
@@ -108,11 +111,13 @@ def test_a_small_study_trains_records_replays_and_resumes(tmp_path, monkeypatch)
     chosen = {a: chosen_lr(prof.design, a, experiment.dev()) for a in ("c2", "e1")}
     evaluated = runs[runs.lr == runs.arm.map(chosen)]
     assert set(replays.run) == set(evaluated.run)
-    assert len(replays) == 2 * (len(evaluated) + (evaluated.budget == 10).sum())  # two prompts; chain1 at the main budget
+    # two prompts; chain1 at the main budget
+    assert len(replays) == 2 * (len(evaluated) + (evaluated.budget == 10).sum())
     assert (runs.epochs > 0).all() and runs.dev.between(1, 3).all() and {"top1_head0", "cpu", "commit"} <= set(runs)
     assert not experiment.next_step()  # nothing left: the study is finished
     speed = pd.read_csv(study.results / "speed" / "bench.csv")  # the primary pair timed, float, named apart
-    assert set(speed.method) == {"ar", "clover2@eagle25=c2", "eagle1@eagle25=e1"} and set(speed.draft_weights.dropna()) == {"float"}
+    assert (set(speed.method) == {"ar", "clover2@eagle25=c2", "eagle1@eagle25=e1"}
+            and set(speed.draft_weights.dropna()) == {"float"})
     branch = runs.set_index("run").loc["c2/lr0.001-s0/b5"]
     assert branch.budget == 5 and branch.tokens < runs.set_index("run").loc["c2/lr0.001-s0/b10"].tokens
     kept = torch.load(experiment.folder(experiment.plan()[0]) / "states" / "step_000004.pt", weights_only=False)
@@ -126,7 +131,8 @@ def test_a_small_study_trains_records_replays_and_resumes(tmp_path, monkeypatch)
     # seed 0 of each arm published in bf16, loadable, and replayed against its committed tau
     published = experiment.publish()
     assert [p.name for p in published] == ["c2", "e1"]
-    assert {v.dtype for v in load_file(published[0] / "draft.safetensors").values() if v.is_floating_point()} == {torch.bfloat16}
+    assert {v.dtype for v in load_file(published[0] / "draft.safetensors").values()
+            if v.is_floating_point()} == {torch.bfloat16}
     sidecar = json.loads((published[0] / "draft.json").read_text())  # with what it computes on a fixed prompt
     assert sidecar["probe"] == probe(load_draft(published[0], target), target) and len(sidecar["probe"]["tokens"]) == 3
     check = experiment.check_published()

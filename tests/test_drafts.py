@@ -261,7 +261,8 @@ def test_greedy_output_is_unchanged_by_the_union_of_copying_and_any_draft(tiny, 
     model = build_draft(DraftConfig.for_arch(arch, num_heads=5), tiny).eval()
     spec = MethodSpec.parse(f"union+{arch}@dynamic:12:4:4")
     makers = [drafter_factory(spec, tiny, draft=model),
-              fitted_factory(replace(spec, tree="fitted"), model, Fitted(DynamicTree(3, 2, 4), (("suffix", 2), ("pld", 1)))),
+              fitted_factory(replace(spec, tree="fitted"), model,
+                             Fitted(DynamicTree(3, 2, 4), (("suffix", 2), ("pld", 1)))),
               fitted_factory(replace(spec, tree="fitted"), model, Fitted(None, (("pld", 4),)))]
     assert [set(make().sources) for make in makers] == [{"suffix", "pld", "model"}, {"suffix", "pld", "model"}, {"pld"}]
     assert makers[1]().budgets == {"suffix": 2, "pld": 1}  # the fitted budgets, nothing else

@@ -102,7 +102,8 @@ def test_the_union_fit_adds_the_copy_nodes_that_pay_and_counts_a_shared_node_onc
     assert shared.tau.item() == 3 and shared.verify_ms.item() == pytest.approx(12.0)  # 3 tokens, not 4
     copy_only = table[(table.budget == 0) & (table.pld_budget == 2) & (table.suffix_budget == 0)]
     assert copy_only.tau.item() == 3 and copy_only.draft_ms.item() == 0  # no draft run, no draft time
-    assert Fitted(None, (("pld", 2),), 1.2).record() == {"budget": 0, "depth": 0, "pld_budget": 2, "predicted_speedup": 1.2}
+    assert Fitted(None, (("pld", 2),), 1.2).record() == {"budget": 0, "depth": 0, "pld_budget": 2,
+                                                         "predicted_speedup": 1.2}
 
 
 def test_calibration_prompts_are_drawn_evenly_from_the_tasks_never_from_the_benchmarks():

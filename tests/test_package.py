@@ -32,7 +32,8 @@ def _imports(folder: Path) -> set[str]:
             elif isinstance(node, ast.ImportFrom) and node.level == 0:
                 names.add(node.module.split(".")[0])
     dists = importlib.metadata.packages_distributions()
-    return {d.lower().replace("_", "-") for n in names - {"clover2"} - set(sys.stdlib_module_names) for d in dists.get(n, [n])}
+    return {d.lower().replace("_", "-")
+            for n in names - {"clover2"} - set(sys.stdlib_module_names) for d in dists.get(n, [n])}
 
 
 def _declared() -> dict[str, set[str]]:
@@ -106,7 +107,8 @@ def test_no_module_imports_from_a_higher_layer():
     for path in sorted(package.rglob("*.py")):
         parts = path.relative_to(package).with_suffix("").parts
         if parts[0] in LAYERS:
-            allowed = set(LAYERS[:LAYERS.index(parts[0]) + 1]) | set(BASE) | ({"profiles"} if parts[0] == "research" else set())
+            allowed = (set(LAYERS[:LAYERS.index(parts[0]) + 1]) | set(BASE)
+                       | ({"profiles"} if parts[0] == "research" else set()))
         elif parts[0] in BASE:
             allowed = set(BASE)
         else:

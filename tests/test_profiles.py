@@ -86,14 +86,17 @@ def test_paper_profile_dry_run_on_a_tiny_model_of_its_family(name, tmp_path, fre
         profile, target=str(folder), device="cpu",
         data=replace(profile.data, tokens=150, max_tokens=64, pack_tokens=128, conversations=2, max_new_tokens=6,
                      batch_size=2, shard_conversations=2, eval_conversations=2),
-        train=replace(profile.train, max_steps=2, batch_size=2, max_len=48, eval_every=1, eval_batches=1, warmup_steps=1),
+        train=replace(profile.train, max_steps=2, batch_size=2, max_len=48, eval_every=1, eval_batches=1,
+                      warmup_steps=1),
         bench=replace(profile.bench, n_per_task=1, max_new_tokens=4, threads=1,
                       fit=replace(profile.bench.fit, prompts=1, max_new_tokens=4, max_depth=3)),
         study=replace(profile.study, ablation_n_per_task=1, ablation_max_new_tokens=4))
     target = load_target(str(folder), dtype=profile.dtype, device="cpu", kernels="stock")
     study = Study(profile=tiny, target=target, results=tmp_path / "results")
-    turns = [("Say hello.", "Hello!", "And again?", "Hello again!"), ("Name a colour.", "Blue.", "Another one?", "Red."),
-             ("Count to three.", "One, two, three.", "Go on.", "Four, five."), ("What is 2 + 2?", "4.", "And 3 + 3?", "6.")]
+    turns = [("Say hello.", "Hello!", "And again?", "Hello again!"),
+             ("Name a colour.", "Blue.", "Another one?", "Red."),
+             ("Count to three.", "One, two, three.", "Go on.", "Four, five."),
+             ("What is 2 + 2?", "4.", "And 3 + 3?", "6.")]
     corpus = [[{"role": ("user", "assistant")[i % 2], "content": t} for i, t in enumerate(c)] for c in turns]
     prepare_data(target, corpus, study.data_dir, tiny.data)  # the conversations as they are, multi-turn
     prepare_data(target, corpus[:2], study.eval_dir, tiny.data.held_out_set())  # the target's own answers
@@ -130,7 +133,8 @@ def test_a_profile_starts_from_its_base_and_changes_only_what_differs(tmp_path):
     cpu, mine = load_profile("cpu"), load_profile(child)
     assert (mine.train.max_steps, mine.study.seeds) == (7, (0, 3))
     assert replace(mine.train, max_steps=cpu.train.max_steps) == cpu.train  # everything else inherited
-    assert (mine.data, mine.bench, mine.own, mine.study.ablations) == (cpu.data, cpu.bench, cpu.own, cpu.study.ablations)
+    assert (mine.data, mine.bench, mine.own, mine.study.ablations) == (cpu.data, cpu.bench, cpu.own,
+                                                                       cpu.study.ablations)
     seeds = load_profile("cpu-seeds")
     assert seeds.study.seeds == (0, 1, 2) and set(cpu.study.ablations) < set(seeds.study.ablations)
     assert (seeds.data, seeds.train, seeds.bench) == (cpu.data, cpu.train, cpu.bench)  # cpu's drafts are reused

@@ -55,7 +55,8 @@ def test_replay_gives_real_decodings_accept_lengths(tiny, arch):
             assert replayed.output_ids == real.output_ids == truth
             assert replayed.accept_lengths == real.accept_lengths, (arch, prompt)
             # the same trees of the same tokens: the draft read the same hidden states
-            assert [d.tokens.tolist() for d in replay_drafter.drafts] == [d.tokens.tolist() for d in real_drafter.drafts]
+            assert ([d.tokens.tolist() for d in replay_drafter.drafts]
+                    == [d.tokens.tolist() for d in real_drafter.drafts])
         assert max(real.accept_lengths) >= 3  # the union accepted whole paths
 
 
@@ -96,7 +97,8 @@ def test_a_reference_without_the_states_a_draft_reads_is_refused_and_a_union_can
         replay(tiny, ModelDrafter(eagle3, EAGLE_25), ref)
     with pytest.raises(Clover2Error, match="read different target states"):
         Union({"a": ModelDrafter(eagle3, EAGLE_25), "b": ModelDrafter(clover, EAGLE_25)})
-    assert Union({"pld": PromptLookupDrafter(), "e": ModelDrafter(eagle3, EAGLE_25)}).hidden_layers == eagle3.hidden_layers
+    assert (Union({"pld": PromptLookupDrafter(), "e": ModelDrafter(eagle3, EAGLE_25)}).hidden_layers
+            == eagle3.hidden_layers)
 
 
 def _steps(lengths_per_prompt, draft="d", tree="eagle25", depth=5):

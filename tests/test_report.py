@@ -30,7 +30,8 @@ def test_overall_table_is_compact_and_labels_temperature():
     assert table.loc["ar/1", "identical"] == ""  # sampled outputs are not compared
     hf = _bench().iloc[[0]].assign(method="hf", tau=np.nan, draft_share=np.nan)  # generate counts no steps
     row = report.overall_table(hf).loc["hf"]
-    assert row["tau"] == "–" and row["draft share"] == "–" and report.overall_table(_bench()).loc["pld", "tau"] == "1.30"
+    assert (row["tau"] == "–" and row["draft share"] == "–"
+            and report.overall_table(_bench()).loc["pld", "tau"] == "1.30")
 
 
 def test_speedup_findings_follow_the_numbers():
@@ -96,7 +97,8 @@ def test_speedup_findings_per_engine_and_against_the_bandwidth_floor():
                           "relative": [1, 1.4, 1, 1.05], "engine": ["eager", "eager", "graphs", "graphs"]})
     text = report.speedup_findings(fast, env, curve)
     assert "Fitted tree (clover2!graphs)**: the draft's 24 nodes, depth 5" in text and "measured 10.00x" in text
-    assert "N = 4: 1.40x" in text and "engine `graphs` (one forward of N tokens over one of 1, 2.00 ms): N = 4: 1.05x" in text
+    assert ("N = 4: 1.40x" in text
+            and "engine `graphs` (one forward of N tokens over one of 1, 2.00 ms): N = 4: 1.05x" in text)
     assert "(`ar`): 58.82 ms per token, 871x the floor of 0.068 ms" in text
     assert "(`ar!graphs`): 5.88 ms per token, 87x" in text
 
@@ -169,8 +171,9 @@ def test_tau_beside_puts_this_runs_static_tree_drafts_next_to_the_paper():
 def test_seed_findings_say_where_a_difference_holds_seed_by_seed():
     assert "One training seed" in report.seed_findings(pd.DataFrame(columns=["variant", "seeds"]))
     paired = {k: pd.DataFrame([{"method": "clover2@eagle25", "versus": "eagle1@eagle25", "temperature": 0.0,
-                                "n_prompts": 24, "speed_ratio": r, "speed_ratio_lo": r - 0.03, "speed_ratio_hi": r + 0.03,
-                                "faster_on": 18, "tau_ratio": 1.02}]) for k, r in ((0, 1.06), (1, 1.01), (2, 1.08))}
+                                "n_prompts": 24, "speed_ratio": r, "speed_ratio_lo": r - 0.03,
+                                "speed_ratio_hi": r + 0.03, "faster_on": 18, "tau_ratio": 1.02}])
+              for k, r in ((0, 1.06), (1, 1.01), (2, 1.08))}
     pairs = report.seed_pairs(paired)
     assert list(pairs.seed) == [0, 1, 2] and set(pairs.comparison) == {"clover2 / eagle1"}
     text = report.seed_findings(pairs=pairs)

@@ -195,7 +195,8 @@ class ExactAcceptance:
         return self.context + tuple(reversed(tokens))
 
     def options(self, draws: dict, node: int) -> list[tuple[tuple[int, np.ndarray], float]]:
-        """Each (token, q it was drawn from) `node` can have given its ancestors and earlier siblings, with its probability."""
+        """Each (token, q it was drawn from) `node` can have given its ancestors and earlier siblings, with its
+        probability."""
         parent = self.parents[node]
         remaining = q_np(self.path(parent, draws.__getitem__), self.kind).copy()
         remaining[[draws[s][0] for s in self.children[parent] if s < node]] = 0

@@ -60,8 +60,8 @@ def fake_data(folder: Path, target, *, seqs: int = 24, length: int = 20, k: int 
         for a, p in parts.items():
             np.save(d / f"{a}.npy", np.concatenate(p))
         np.save(d / "offsets.npy", np.concatenate([[0], np.cumsum(lengths)]))
-        write_json(d / "stats.json", {"source": source, "tokens": sum(lengths), "conversations": len(lengths), "answer_seconds": 0.0,
-                                      "label_seconds": 1.0})
+        write_json(d / "stats.json", {"source": source, "tokens": sum(lengths), "conversations": len(lengths),
+                                      "answer_seconds": 0.0, "label_seconds": 1.0})
     finalize(folder, 2)
     return folder
 
@@ -391,7 +391,8 @@ def test_a_shorter_budget_branched_off_a_longer_run_is_the_run_that_ends_there(t
         torch.testing.assert_close(a[key], b[key], atol=0, rtol=0)
     meta = json.loads((tmp_path / "branch" / "draft.json").read_text())
     assert meta["train_state"]["step"] == 8
-    assert meta["train_state"]["tokens"] == json.loads((tmp_path / "straight" / "draft.json").read_text())["train_state"]["tokens"]
+    assert (meta["train_state"]["tokens"]
+            == json.loads((tmp_path / "straight" / "draft.json").read_text())["train_state"]["tokens"])
     long = load_file(tmp_path / "long" / "draft.safetensors")
     assert any(not torch.equal(a[k], long[k]) for k in a)  # the longer run's own end differs
     with pytest.raises(Clover2Error, match="schedule that already differs"):

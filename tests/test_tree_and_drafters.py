@@ -119,7 +119,8 @@ def test_one_source_union_takes_prompt_lookup_where_it_matches_and_the_other_dra
 def _node_paths(draft: Draft) -> list[tuple[int, ...]]:
     """Each node's token path from the root, in node order."""
     tree, toks = draft.tree, draft.tokens.tolist()
-    return [tuple(toks[j - 1] for j in tree.ancestors[i].nonzero().flatten().tolist() if j) for i in range(1, tree.size)]
+    return [tuple(toks[j - 1] for j in tree.ancestors[i].nonzero().flatten().tolist() if j)
+            for i in range(1, tree.size)]
 
 
 def _paths(draft: Draft) -> set[tuple[int, ...]]:

@@ -63,14 +63,16 @@ def test_a_clear_lead_is_reproduced_and_the_rivals_are_corrected_within_their_fa
     table = cells(replays({"c2": 1.9, "e1": 1.8, "m": 1.6}, seeds={"c2": 5, "e1": 5, "m": 3}), DESIGN, DEV)
     out = verdicts(DESIGN, table).set_index("comparison")
     primary = out.loc["c2 / e1"]
-    assert primary.family == "primary" and primary.level == 0.95 and primary.verdict.startswith("reproduced")  # one primary: 95%
+    assert (primary.family == "primary" and primary.level == 0.95  # one primary: 95%
+            and primary.verdict.startswith("reproduced"))
     assert primary.lo < 1.9 / 1.8 < primary.hi and primary.seeds == "5 vs 5" and primary.prompts == 131
     assert out.loc["c2 / m"].verdict == "ahead" and out.loc["c2 / m"].p_holm >= out.loc["c2 / m"].p
     assert out.loc["c2 / e1: 600 steps over 300"].verdict == "no difference shown"  # the same gap at both budgets
 
 
 def test_equal_drafts_give_an_interval_around_one_that_is_not_a_lead():
-    table = cells(replays({"c2": 1.8, "e1": 1.8, "m": 1.8}, seeds={"c2": 5, "e1": 5, "m": 3}, seed_sd=0.005), DESIGN, DEV)
+    table = cells(replays({"c2": 1.8, "e1": 1.8, "m": 1.8}, seeds={"c2": 5, "e1": 5, "m": 3}, seed_sd=0.005),
+                  DESIGN, DEV)
     primary = verdicts(DESIGN, table).set_index("comparison").loc["c2 / e1"]
     assert primary.lo < 1 < primary.hi and not primary.verdict.startswith("reproduced")
 

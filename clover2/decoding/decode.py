@@ -135,7 +135,8 @@ def speculative_steps(target: Target, drafter: Drafter, prompt_ids: Sequence[int
                           hidden=drafter.needs_hidden, layers=drafter.hidden_layers)
     generator = torch.Generator().manual_seed(config.sampling.seed)  # every sampling decision draws from it
     t0 = t1 = clock(target)
-    out = prefill(target, cache, prompt, hidden=drafter.needs_hidden, layers=drafter.hidden_layers)  # 0. prefill: the step of an empty tree
+    out = prefill(target, cache, prompt,  # 0. prefill: the step of an empty tree
+                  hidden=drafter.needs_hidden, layers=drafter.hidden_layers)
     drafter.begin(prompt, None if out.hidden is None else out.hidden[0, :-1])  # rooted at the prompt's last token
     out = replace(out, hidden=None if out.hidden is None else out.hidden[:, -1:])  # the root's state, as a step's
     ids, draft, past = prompt, NO_DRAFT, len(prompt) - 1
@@ -155,7 +156,8 @@ def speculative_steps(target: Target, drafter: Drafter, prompt_ids: Sequence[int
         draft = drafter.propose(ids)  # 1. draft a token tree rooted at the last committed token
         t1 = clock(target)
         past = cache.get_seq_length()
-        out = verify(target, cache, ids[-1], draft, hidden=drafter.needs_hidden, layers=drafter.hidden_layers)  # 2. verify it
+        out = verify(target, cache, ids[-1], draft,  # 2. verify it
+                     hidden=drafter.needs_hidden, layers=drafter.hidden_layers)
 
 
 def generate(target: Target, drafter: Drafter, prompt_ids: Sequence[int], config: DecodeConfig) -> Generation:

@@ -68,7 +68,8 @@ class Recording(Drafter):
 
     def __init__(self, inner: Drafter):
         self.inner, self.drafts = inner, []
-        self.needs_hidden, self.hidden_layers, self.reads_logits = inner.needs_hidden, inner.hidden_layers, inner.reads_logits
+        self.needs_hidden, self.hidden_layers, self.reads_logits = (inner.needs_hidden, inner.hidden_layers,
+                                                                    inner.reads_logits)
         self.memories = inner.memories
 
     def begin(self, prompt_ids, hidden):

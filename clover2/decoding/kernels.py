@@ -69,7 +69,8 @@ class KernelPlan:
 
     def __post_init__(self):
         if len(self.kernels) != len(self.buckets) or any(k not in CANDIDATES for k in self.kernels):
-            raise Clover2Error(f"kernel plan: one of {', '.join(CANDIDATES)} per bucket {self.buckets}, got {self.kernels}")
+            raise Clover2Error(f"kernel plan: one of {', '.join(CANDIDATES)} per bucket {self.buckets}, "
+                               f"got {self.kernels}")
         if list(self.buckets) != sorted(set(self.buckets)) or self.buckets[0] != 1:
             raise Clover2Error(f"kernel plan: buckets must rise from 1, got {self.buckets}")
 
@@ -85,7 +86,8 @@ class KernelPlan:
         """`packed` for a uniform plan, else `stock@1,packed@2+` (each kernel from the bucket where it starts)."""
         if len(set(self.kernels)) == 1:
             return self.kernels[0]
-        runs = [f"{k}@{b}" for i, (k, b) in enumerate(zip(self.kernels, self.buckets)) if i == 0 or k != self.kernels[i - 1]]
+        runs = [f"{k}@{b}" for i, (k, b) in enumerate(zip(self.kernels, self.buckets))
+                if i == 0 or k != self.kernels[i - 1]]
         return ",".join(runs)
 
     def record(self) -> dict:
@@ -257,7 +259,8 @@ def tuned(model: torch.nn.Module, mode: str, run: Callable[[int], None], key: di
     plan = choose(model.kernel_timings)
     if timer is None and load > CONTENDED_SHARE:
         warnings.warn(f"other processes used {load:.0%} of the machine while the kernels were timed: the choice "
-                      f"({plan.describe()}) serves this run but is not cached; it is measured again next time", stacklevel=3)
+                      f"({plan.describe()}) serves this run but is not cached; it is measured again next time",
+                      stacklevel=3)
     elif timer is None:
         write_json(path, {"format": PLAN_FORMAT, "key": full_key, "plan": asdict(plan), "timings": model.kernel_timings,
                           "other_load": load})
@@ -322,4 +325,5 @@ def linear_pass(model: torch.nn.Module) -> Callable[[int], None]:
 
 
 def linear_shapes(model: torch.nn.Module) -> list[list[int]]:
-    return [[m.out_features, m.in_features, m.bias is not None] for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    return [[m.out_features, m.in_features, m.bias is not None]
+            for m in model.modules() if isinstance(m, torch.nn.Linear)]

@@ -96,7 +96,8 @@ def accept_tree(children: Sequence[Sequence[int]], tokens: torch.Tensor, q: torc
         path.append(node)
 
 
-def draw_without_replacement(q: torch.Tensor, k: int, generator: torch.Generator) -> tuple[list[int], list[torch.Tensor]]:
+def draw_without_replacement(q: torch.Tensor, k: int,
+                             generator: torch.Generator) -> tuple[list[int], list[torch.Tensor]]:
     """Up to k distinct tokens drawn one by one from q, each from q with the earlier ones removed.
 
     Returns the tokens and, for each, the distribution it was drawn from (what `accept_tree` needs).

@@ -7,8 +7,9 @@ an ordinary safetensors checkpoint plus tokenizer under ``$CLOVER2_CACHE`` (defa
 or hub id works too, optionally with a LoRA adapter folder (peft) merged on top.
 
 The decoder only ever calls :meth:`Target.forward`: ``input_ids``, ``position_ids``, a 4-D
-attention mask and a KV cache (``clover2.decoding.cache``) go in; logits (and, on request, the last hidden state
-*before* the final norm, or the inputs of chosen decoder layers, captured by forward hooks) come out. No modeling file is forked.
+attention mask and a KV cache (``clover2.decoding.cache``) go in; logits (and, on request, the
+last hidden state *before* the final norm, or the inputs of chosen decoder layers, captured by
+forward hooks) come out. No modeling file is forked.
 """
 
 from __future__ import annotations
@@ -287,7 +288,8 @@ def with_kernels(target: Target, mode: str, *, timer: Callable[[str, int], float
     the timing (tests)."""
     cfg = target.config.get_text_config()
     key = {"target": type(target.model).__name__, "linears": linear_shapes(target.model),
-           "attention": [cfg.num_attention_heads, getattr(cfg, "num_key_value_heads", None), getattr(cfg, "head_dim", None)]}
+           "attention": [cfg.num_attention_heads, getattr(cfg, "num_key_value_heads", None),
+                         getattr(cfg, "head_dim", None)]}
     tuned(target.model, mode, _verify_workload(target), key, timer=timer, fresh=fresh)
     return replace(target, kernels=mode)
 

@@ -1,11 +1,11 @@
 """Saving and loading a trained draft: safetensors weights plus a JSON sidecar.
 
 Only the trained parts are stored; the frozen copies of the target's LM head, embedding and norm
-are rebuilt from the target at load time. The sidecar records the draft config, the target's identity (name, sizes, weight fingerprint), the
-training data's hash and the weights file's SHA-256. Loading checks all of it, so a draft loaded
-onto a target it was not trained for, or a corrupt or partial checkpoint, fails with a clear error.
-The weights are written first and the sidecar last, each atomically: a checkpoint without its
-sidecar is incomplete, never half-valid.
+are rebuilt from the target at load time. The sidecar records the draft config, the target's
+identity (name, sizes, weight fingerprint), the training data's hash and the weights file's SHA-256.
+Loading checks all of it, so a draft loaded onto a target it was not trained for, or a corrupt or
+partial checkpoint, fails with a clear error. The weights are written first and the sidecar last,
+each atomically: a checkpoint without its sidecar is incomplete, never half-valid.
 """
 
 from __future__ import annotations

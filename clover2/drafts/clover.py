@@ -80,7 +80,8 @@ class Clover2Draft(DraftModel):
 
     def adapt_to(self, hidden):
         """`value_gain: 0` (auto): the target's hidden-state RMS over the token embeddings' RMS."""
-        gain = self.config.value_gain or float(hidden.pow(2).mean().sqrt() / self.embed.weight.float().pow(2).mean().sqrt())
+        gain = self.config.value_gain or float(hidden.pow(2).mean().sqrt()
+                                               / self.embed.weight.float().pow(2).mean().sqrt())
         self.ad0.gain.fill_(gain)
 
     def trunk(self, x, e, **where):

@@ -50,7 +50,8 @@ class DraftConfig:
         if not (self.init_layer in ("last", "first", "random") or type(self.init_layer) is int):
             raise Clover2Error(f"draft config: init_layer={self.init_layer!r}, expected 'last', 'first', 'random' "
                                "or a target layer index")
-        if self.num_heads < 1 or self.aug_layers < 0 or self.draft_vocab < 0 or self.input_noise < 0 or self.value_gain < 0:
+        if (self.num_heads < 1 or self.aug_layers < 0 or self.draft_vocab < 0 or self.input_noise < 0
+                or self.value_gain < 0):
             raise Clover2Error(f"draft config: num_heads >= 1, aug_layers, draft_vocab, input_noise, value_gain >= 0 "
                                f"needed: {self}")
         if self.value_gain == 0 and self.extraction == "after":

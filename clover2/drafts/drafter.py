@@ -76,7 +76,8 @@ class ModelDrafter(Drafter):
             raise Clover2Error("a static tree for a draft model must be given as rank paths")
         depth = tree.max_depth if isinstance(tree, Tree) else tree.depth
         if model.max_tree_depth is not None and depth > model.max_tree_depth:
-            raise Clover2Error(f"tree depth {depth} exceeds the {model.max_tree_depth} heads of this {model.arch} draft")
+            raise Clover2Error(f"tree depth {depth} exceeds the {model.max_tree_depth} heads "
+                               f"of this {model.arch} draft")
         self.model, self.tree, self.sampling = model, tree, sampling
         self.hidden_layers = model.hidden_layers  # the target states it reads (EAGLE-3: three layers' inputs)
         self.device, self.dtype = next(model.parameters()).device, next(model.parameters()).dtype
@@ -142,7 +143,8 @@ class ModelDrafter(Drafter):
                 for c in children[p]:
                     r = tree.ranks[c]
                     if r < len(picks):
-                        placed[c] = g.nodes.add(placed[p], picks[r], score=g.nodes.score[placed[p]] + logq[r], q=dists[r])
+                        placed[c] = g.nodes.add(placed[p], picks[r], score=g.nodes.score[placed[p]] + logq[r],
+                                                q=dists[r])
         return g.nodes.build()
 
     def _dynamic(self, g: _Growth) -> Draft:

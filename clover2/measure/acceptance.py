@@ -57,13 +57,15 @@ def references(target: Target, prompts: Sequence[tuple[str, list[int]]], config:
 
 
 def replayed_steps(target: Target, drafts: Mapping[str, Path | DraftModel], prompts: Sequence[tuple[str, list[int]]],
-                   refs: Sequence[Reference], *, trees: Sequence[str] = ("eagle25",), engine: str = "eager") -> pd.DataFrame:
+                   refs: Sequence[Reference], *, trees: Sequence[str] = ("eagle25",),
+                   engine: str = "eager") -> pd.DataFrame:
     """One row per draft, tree and prompt: `task`, `tokens` committed, decoding `steps`, `first`
     (steps that accepted at least one draft token: on the 1-node tree `chain1`, the draft's
     first-token acceptance), `lengths` (each step's accept length, bonus token included, space-
-    separated so that a CSV keeps it: the input of `depth_acceptance` and `accept_histogram`), `depth` (the tree's deepest draft token) and
-    `in_vocab` (of the target's greedy answer, the tokens inside the draft's vocabulary: the ones it
-    can propose at all). Drafts are folders (loaded with float weights) or loaded models."""
+    separated so that a CSV keeps it: the input of `depth_acceptance` and `accept_histogram`),
+    `depth` (the tree's deepest draft token) and `in_vocab` (of the target's greedy answer, the
+    tokens inside the draft's vocabulary: the ones it can propose at all). Drafts are folders
+    (loaded with float weights) or loaded models."""
     rows = []
     for name, draft in drafts.items():
         model = draft if isinstance(draft, DraftModel) else load_draft(draft, target)
@@ -116,7 +118,8 @@ def vocabulary_coverage(steps: pd.DataFrame) -> pd.DataFrame:
     draft's vocabulary, a ceiling on what it can get accepted there."""
     one_tree = steps[steps.tree == steps.tree.iloc[0]]  # the answers do not depend on the tree
     per_task = one_tree.groupby(["draft", "task"], sort=False)[["in_vocab", "answer_tokens"]].sum().reset_index()
-    overall = one_tree.groupby("draft", sort=False)[["in_vocab", "answer_tokens"]].sum().reset_index().assign(task="overall")
+    overall = (one_tree.groupby("draft", sort=False)[["in_vocab", "answer_tokens"]].sum().reset_index()
+               .assign(task="overall"))
     out = pd.concat([per_task, overall], ignore_index=True)
     return out.assign(coverage=out.in_vocab / out.answer_tokens)
 

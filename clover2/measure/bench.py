@@ -341,9 +341,9 @@ def _one_token_dearer(curve: pd.DataFrame) -> bool:
 
 def run_bench(target: Target, config: BenchConfig, drafts: Mapping[str, Path] | Path | None, out: Path) -> pd.DataFrame:
     """Measure every method on every task side by side; write runs.csv, bench.csv, paired.csv, env.json,
-    cost_curve.csv (and, for fitted trees, fit_<arch>.csv or fit_union+<arch>.csv) into `out`. Draft methods without a path
-    take `drafts[name]` (a mapping) or `drafts/<name>` (a folder), all at one precision (`draft_weights`
-    in env.json and in both tables). Returns the bench table."""
+    cost_curve.csv (and, for fitted trees, fit_<arch>.csv or fit_union+<arch>.csv) into `out`. Draft
+    methods without a path take `drafts[name]` (a mapping) or `drafts/<name>` (a folder), all at one
+    precision (`draft_weights` in env.json and in both tables). Returns the bench table."""
     torch.set_num_threads(config.threads or len(os.sched_getaffinity(0)))
     start = mark()
     folder = (lambda name: drafts.get(name)) if isinstance(drafts, Mapping) else \
@@ -362,7 +362,8 @@ def run_bench(target: Target, config: BenchConfig, drafts: Mapping[str, Path] | 
     spec_of = {s.draft: s for s in specs if s.is_draft}
     models = {(p, w): load_draft_for(spec_of[p], target, weights=w) for p in paths for w in precisions}
     env = environment(target) | {"bench": asdict(config), "drafts": {  # by content, not by (machine) path
-        s.arch: {"folder": s.draft.name, "weights_sha256": json.loads((s.draft / SIDECAR).read_text())["weights_sha256"]}
+        s.arch: {"folder": s.draft.name,
+                 "weights_sha256": json.loads((s.draft / SIDECAR).read_text())["weights_sha256"]}
         for s in specs if s.is_draft}, "calibration_tasks": dict(Counter(r.category for r in calib_records))}
     # The verification cost curve of every engine in the run (what fitted trees are fitted to; it
     # checks the kernel choice) and the step time that memory bandwidth allows.
@@ -370,7 +371,8 @@ def run_bench(target: Target, config: BenchConfig, drafts: Mapping[str, Path] | 
     curves, env["kernel_check"] = checked_cost_curves(target, engines)
     write_csv(out / "cost_curve.csv", pd.concat([c.assign(engine=e) for e, c in curves.items()], ignore_index=True))
     kernels = [pd.DataFrame(target.kernel_record()["timings"]).assign(model="target")] + [
-        pd.DataFrame(getattr(m, "kernel_timings", [])).assign(model=f"{spec_of[p].arch} ({w})") for (p, w), m in models.items()]
+        pd.DataFrame(getattr(m, "kernel_timings", [])).assign(model=f"{spec_of[p].arch} ({w})")
+        for (p, w), m in models.items()]
     write_csv(out / "kernels.csv", pd.concat(kernels, ignore_index=True))  # what each model's kernels were chosen from
     env["draft_kernels"] = {f"{spec_of[p].arch} ({w})": m.kernel_dispatch.plan.describe()
                             for (p, w), m in models.items() if hasattr(m, "kernel_dispatch")}

@@ -126,7 +126,8 @@ def calibrate(target: Target, model: DraftModel, prompts: Sequence[list[int]], c
     decode = DecodeConfig(max_new_tokens=config.max_new_tokens, engine=engine)
     nodes, seconds, steps, suffix = [], {"depth1": [], "model": [], **{c: [] for c in COPY_SOURCES}}, 0, SuffixCache()
     for p, prompt in enumerate(tqdm(prompts, desc="calibrating tree", unit="prompt")):
-        union = Union(copy_drafters(suffix) | {"model": ModelDrafter(model, big, graphs=engine == "graphs")}, calibrating=True)
+        union = Union(copy_drafters(suffix) | {"model": ModelDrafter(model, big, graphs=engine == "graphs")},
+                      calibrating=True)
         recorded = Recording(union)
         gen = generate(target, recorded, prompt, decode)
         nodes += _node_outcomes(p, recorded.drafts, union.ranks, gen.step_ids, gen.accept_lengths)
@@ -169,7 +170,8 @@ class Fitted:
                 **{f"{s}_budget": b for s, b in self.copy}, "predicted_speedup": self.predicted_speedup}
 
 
-def fit(calibration: dict, curve: pd.DataFrame, config: FitConfig, *, copy: bool = False) -> tuple[Fitted | None, pd.DataFrame]:
+def fit(calibration: dict, curve: pd.DataFrame, config: FitConfig, *,
+        copy: bool = False) -> tuple[Fitted | None, pd.DataFrame]:
     """The combination with the highest predicted speedup, and the whole prediction table (columns
     budget, depth, one `<source>_budget` per copy source, tau, verify_ms, draft_ms, predicted_speedup).
 
@@ -186,7 +188,8 @@ def fit(calibration: dict, curve: pd.DataFrame, config: FitConfig, *, copy: bool
     sizes, ms = curve.n_tokens.to_numpy(), curve.median_ms.to_numpy() / 1e3
     t1 = float(np.interp(1, sizes, ms))
     d1, dmax = calibration["draft_s"][1], calibration["draft_s"][config.max_depth]
-    copies = [dict(zip(COPY_SOURCES, b)) for b in itertools.product(COPY_BUDGETS if copy else (0,), repeat=len(COPY_SOURCES))]
+    copies = [dict(zip(COPY_SOURCES, b))
+              for b in itertools.product(COPY_BUDGETS if copy else (0,), repeat=len(COPY_SOURCES))]
     # the draft's trees: (budget, depth, nodes kept); budget 0 drafts nothing (and costs no draft time)
     trees = [(0, 0, np.zeros(len(nodes), bool))]
     frame = pd.DataFrame({"step": step_of, "rank": ranks["model"]})

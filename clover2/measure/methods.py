@@ -71,10 +71,11 @@ class MethodSpec:
         if name not in method_names():
             raise Clover2Error(f"unknown method {name!r} in {spec!r}; known: {', '.join(method_names())}")
         if bang and name in HF_METHODS:
-            raise Clover2Error(f"{spec!r}: Hugging Face generate runs its own engine; '!{engine}' is for clover2's loop")
+            raise Clover2Error(f"{spec!r}: Hugging Face generate runs its own engine; "
+                               f"'!{engine}' is for clover2's loop")
         if tree and name not in TREE_METHODS:
-            raise Clover2Error(f"{spec!r}: only draft methods ({', '.join(ARCHITECTURES)}, pld+ARCH, suffix+ARCH, union+ARCH) "
-                               "and tr take a tree")
+            raise Clover2Error(f"{spec!r}: only draft methods ({', '.join(ARCHITECTURES)}, pld+ARCH, suffix+ARCH, "
+                               "union+ARCH) and tr take a tree")
         if name == "tr" and tree and (tree == "fitted" or tree.startswith("dynamic")):
             raise Clover2Error(f"{spec!r}: Token Recycling reads a static tree (a preset such as eagle25 or chainK)")
         try:
@@ -93,7 +94,8 @@ class MethodSpec:
         """The name in tables: `name@tree` for draft methods, `name` otherwise, then `!engine` unless eager,
         then `=folder` where the spec named its draft (`clover2@eagle25=clover2-official`)."""
         engine = "" if self.engine == "eager" else f"!{self.engine}"
-        return (f"{self.name}@{self.tree}" if self.tree else self.name) + engine + (f"={self.named}" if self.named else "")
+        return ((f"{self.name}@{self.tree}" if self.tree else self.name) + engine
+                + (f"={self.named}" if self.named else ""))
 
     @property
     def arch(self) -> str:
@@ -112,7 +114,8 @@ def parse_tree(spec: str) -> Tree | DynamicTree:
         try:
             return DynamicTree(*map(int, spec.split(":")[1:]))
         except (TypeError, ValueError):
-            raise Clover2Error(f"bad dynamic tree {spec!r}; write dynamic:BUDGET:DEPTH:TOPK, e.g. dynamic:24:5:8") from None
+            raise Clover2Error(f"bad dynamic tree {spec!r}; write dynamic:BUDGET:DEPTH:TOPK, "
+                               "e.g. dynamic:24:5:8") from None
     return preset(spec)
 
 

@@ -29,7 +29,8 @@ PACKAGE = Path(__file__).resolve().parent.parent
 
 @functools.cache
 def code_version(*parts: str) -> str:
-    """A short hash of the source files of `parts` ("decoding", "drafts", "training/data.py", ...; none: all of clover2)."""
+    """A short hash of the source files of `parts` ("decoding", "drafts", "training/data.py", ...;
+    none: all of clover2)."""
     roots = [PACKAGE / p for p in parts] or [PACKAGE]
     files = sorted({f for r in roots for f in ([r] if r.is_file() else r.rglob("*.py"))})
     h = hashlib.sha256()

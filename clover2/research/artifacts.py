@@ -56,12 +56,13 @@ def page(results: str | Path) -> str:
     table = artifacts(results)
     dirty = table.commit.str.endswith("-dirty").sum()
     lines = ["# Provenance of every result", "",
-             "Every executed notebook and every benchmark folder under `results/`, with the commit of the code that produced it "
-             "(`-dirty`: with uncommitted changes to the code), the machine and the day. A profile's notebooks "
-             "need not all come from one run (a page can be re-rendered from its tables alone), and a benchmark "
-             "folder beside them may come from another run; its own page says which command made it. Written by "
-             "`python -m clover2.research.artifacts results book/provenance.md` (part of `make book`).", "",
-             f"{len(table)} records, {table.commit.nunique()} commits, {dirty} from a tree with uncommitted changes.", ""]
+             "Every executed notebook and every benchmark folder under `results/`, with the commit of the code that "
+             "produced it (`-dirty`: with uncommitted changes to the code), the machine and the day. A profile's "
+             "notebooks need not all come from one run (a page can be re-rendered from its tables alone), and a "
+             "benchmark folder beside them may come from another run; its own page says which command made it. Written "
+             "by `python -m clover2.research.artifacts results book/provenance.md` (part of `make book`).", "",
+             f"{len(table)} records, {table.commit.nunique()} commits, {dirty} from a tree with uncommitted "
+             "changes.", ""]
     for what, rows in table.groupby("what", sort=False):
         lines += [f"## {what.capitalize()}s", "", "| folder | commit | machine | date |", "|---|---|---|---|"]
         lines += [f"| `{r.folder}` | `{r.commit}` | {r.machine} | {r.date} |" for r in rows.itertuples()] + [""]

@@ -198,12 +198,14 @@ def run(target: Target, runs: Mapping[str, str | Path], out: str | Path, *, task
     config = DecodeConfig(max_new_tokens=max_new_tokens, engine=engine)
     tables, prompts_of = {}, {}
     bench_trees = ("eagle25", DYNAMIC_60, "chain1")
-    for name, split, n, trees in (("bench", "bench", n_per_task, bench_trees), ("dev", "dev", dev_per_task, ("chain1",))):
+    for name, split, n, trees in (("bench", "bench", n_per_task, bench_trees),
+                                  ("dev", "dev", dev_per_task, ("chain1",))):
         prompts = prompts_of[name] = [(r.category, first_turn_ids(target, r))
                                       for t in tasks for r in load_task(t, n, seed, split=split)]
         refs = references(target, prompts, config, cache=cache_root() / "references" / f"{target.name}-{name}.pt",
                           layers=layers_read(target, [_arch(run) for run in runs.values()]))
-        tables[f"{name}_steps"] = measure(target, runs, prompts, refs, out / f"{name}_steps.csv", trees=trees, engine=engine)
+        tables[f"{name}_steps"] = measure(target, runs, prompts, refs, out / f"{name}_steps.csv", trees=trees,
+                                          engine=engine)
     if tables["bench_steps"].empty:  # no snapshot yet
         return tables
     tables["evaluations"] = evaluations(runs)
@@ -219,6 +221,7 @@ def run(target: Target, runs: Mapping[str, str | Path], out: str | Path, *, task
             with atomic_path(out / f"{name}.csv") as tmp:
                 tables[name].to_csv(tmp, index=False)
     fig = learning_curves(tables["taus"], tables["extrapolation"],
-                          title=f"{target.name}: greedy tau on {len(prompts_of['bench'])} benchmark prompts, 25-node tree")
+                          title=f"{target.name}: greedy tau on {len(prompts_of['bench'])} benchmark prompts, "
+                                "25-node tree")
     save(fig, out / "learning_curves.png")
     return tables

@@ -15,10 +15,11 @@ runs continue from the main run's last stable step the same way.
 
 The data and the runs live under `$CLOVER2_CACHE/design/<profile>/`, keyed by the data's settings,
 the target and each run's settings, not by the code (a study spans sessions and commits; each run's
-record names the commit that trained it). Each finished run appends a row to `results/<profile>/runs.csv` (its budget, tokens,
-epochs, seconds, the dev measure) and, once its arm's learning rate is chosen, its replays to
-`replays.csv` (one row per prompt and tree): both are written atomically, so an interrupted study
-loses at most the run in flight, and `clover2 study run` resumes it.
+record names the commit that trained it). Each finished run appends a row to
+`results/<profile>/runs.csv` (its budget, tokens, epochs, seconds, the dev measure) and, once its
+arm's learning rate is chosen, its replays to `replays.csv` (one row per prompt and tree): both are
+written atomically, so an interrupted study loses at most the run in flight, and `clover2 study run`
+resumes it.
 """
 
 from __future__ import annotations
@@ -89,7 +90,8 @@ class DesignConfig:
     def __post_init__(self):
         names = set(self.arms)
         if self.arms and (self.reference not in names or not set(self.primary) <= names):
-            raise Clover2Error(f"design: reference {self.reference!r} and primary {self.primary} must be arms: {sorted(names)}")
+            raise Clover2Error(f"design: reference {self.reference!r} and primary {self.primary} must be arms: "
+                               f"{sorted(names)}")
         if any(a.lr_from and a.lr_from not in names for a in self.arms.values()):
             raise Clover2Error("design: lr_from must name another arm")
         if not self.budgets or list(self.budgets) != sorted(set(self.budgets)) or self.budgets[0] < 1:
@@ -205,7 +207,8 @@ def plan(design: DesignConfig, dev: dict[tuple[str, float], float], decay_share:
         for a in arms:
             lr, spec = chosen_lr(design, a, dev), design.arms[a]
             if lr is not None:
-                runs += [r for k in range(0 if spec.lr_from else 1, spec.seeds) for r in seed_runs(design, a, lr, k, decay_share)]
+                runs += [r for k in range(0 if spec.lr_from else 1, spec.seeds)
+                         for r in seed_runs(design, a, lr, k, decay_share)]
         return runs
 
     tiers = sorted({a.tier for a in design.arms.values()})
@@ -344,7 +347,8 @@ class Experiment:
         out = self.folder(run)
         if not (out / SIDECAR).exists():
             draft_config, recipe = self.configs(run)
-            start = None if run.parent is None else self.folder(run.parent) / "states" / f"step_{run.parent_step:06d}.pt"
+            start = (None if run.parent is None
+                     else self.folder(run.parent) / "states" / f"step_{run.parent_step:06d}.pt")
             self.study.prepare_data(self.data_dir, self.eval_dir)
             train(self.study.target, self.data_dir, out, draft_config, recipe, eval_dir=self.eval_dir,
                   start_from=start)
@@ -420,7 +424,8 @@ class Experiment:
             if run is None or run.name not in records.index:
                 continue
             source, dest = self.folder(run), self.published() / arm
-            weights = {k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in load_file(source / WEIGHTS).items()}
+            weights = {k: v.to(torch.bfloat16) if v.is_floating_point() else v
+                       for k, v in load_file(source / WEIGHTS).items()}
             with atomic_path(dest) as tmp:
                 tmp.mkdir(parents=True)
                 save_file(weights, tmp / WEIGHTS)
@@ -428,7 +433,8 @@ class Experiment:
                 meta |= {"weights_sha256": sha256_file(tmp / WEIGHTS), "weights_dtype": "bfloat16", "run": run.name,
                          "record": json.loads(records.loc[run.name].to_json())}
                 write_json(tmp / SIDECAR, meta)
-                write_json(tmp / SIDECAR, meta | {"probe": probe(load_draft(tmp, self.study.target), self.study.target)})
+                target = self.study.target
+                write_json(tmp / SIDECAR, meta | {"probe": probe(load_draft(tmp, target), target)})
             out.append(dest)
         return out
 
@@ -440,8 +446,8 @@ class Experiment:
         refs = self._references(prompts)  # once for every draft
         for folder in sorted(p.parent for p in self.published().glob(f"*/{SIDECAR}")):
             meta = json.loads((folder / SIDECAR).read_text())
-            fresh = replayed_steps(self.study.target, {folder.name: load_draft(folder, self.study.target)}, prompts, refs,
-                                   trees=[tree])
+            fresh = replayed_steps(self.study.target, {folder.name: load_draft(folder, self.study.target)}, prompts,
+                                   refs, trees=[tree])
             old = committed[(committed.run == meta["run"]) & (committed.tree == tree)]
             rows.append({"arm": folder.name, "run": meta["run"], "tree": tree,
                          "committed_tau": old.tokens.sum() / old.steps.sum(),

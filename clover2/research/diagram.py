@@ -77,14 +77,14 @@ def _rivals(ax):
     rows = [
         ("EAGLE-1", ["FC$[E(x); f_t]$", "1 decoder layer (no input\nnorm), KV cache grows\nper tree node",
                      "LM head (frozen)"], "every node runs the layer, feeding its predicted feature back"),
-        ("EAGLE-3", ["FC of 3 target layers'\ninputs $g$ (no bias)", "1 decoder layer reading\n$[E(x); g]$, per tree node",
-                     "norm $\\to$ LM head (frozen)"],
+        ("EAGLE-3", ["FC of 3 target layers'\ninputs $g$ (no bias)",
+                     "1 decoder layer reading\n$[E(x); g]$, per tree node", "norm $\\to$ LM head (frozen)"],
          "no regression; trained on its own predictions for 7 steps (training-time test)"),
         ("Clover-1", ["1-layer Augmenting\nBlock on $h$", "token fused after it\n(Attention Decoder)",
                       "RNN heads $\\to$ LM head"],
          "no output projector, hard labels (reconstructed: the paper body was unreachable)"),
-        ("Medusa-1", ["$f_t$: the state after\nthe target's final norm", "head $k$:\n$f_t + \\mathrm{SiLU}(W_k f_t + b_k)$",
-                      "LM head (frozen)"],
+        ("Medusa-1", ["$f_t$: the state after\nthe target's final norm",
+                      "head $k$:\n$f_t + \\mathrm{SiLU}(W_k f_t + b_k)$", "LM head (frozen)"],
          "all heads once per step; no head sees the tokens chosen before it"),
     ]
     for r, (name, parts, note) in enumerate(rows):

@@ -123,7 +123,8 @@ def speedup_dots(table: pd.DataFrame, *, title: str = ""):
     labels = [method_label(m, t) for m, t in zip(overall.method, overall.temperature)]
     tasks = [t for t in TASK_LABELS if t in set(rows.task) and t != "overall"]
     greedy = rows[(rows.temperature == 0) & (rows.task != "overall")]
-    drafts = [m for m in ("clover2@eagle25", "eagle1@eagle25", "eagle3@eagle25", "medusa@eagle25") if m in set(greedy.method)]
+    drafts = [m for m in ("clover2@eagle25", "eagle1@eagle25", "eagle3@eagle25", "medusa@eagle25")
+              if m in set(greedy.method)]
     fig, (left, right) = plt.subplots(1, 2, figsize=(COLUMN_IN, max(3.0, 0.26 * len(overall) + 1.4)),
                                       gridspec_kw={"width_ratios": [1.15, 1]})
     left.errorbar(overall.speedup, range(len(overall)), fmt="o", ms=4, capsize=2, color="tab:blue",
@@ -209,7 +210,8 @@ def fit_heatmap(fit: pd.DataFrame, *, title: str = ""):
                 cbar_kws={"label": "predicted\nspeedup (x)", "extend": "max"})
     top = fit.loc[fit.predicted_speedup.idxmax()]  # the best tree of the draft's (beside the copy budgets)
     col, row = list(pivot.columns).index(top.budget), list(pivot.index).index(top.depth)
-    ax.add_patch(Rectangle((col, row), 1, 1, fill=False, ec="black", lw=2, ls="-" if top.predicted_speedup > 1 else ":"))
+    ax.add_patch(Rectangle((col, row), 1, 1, fill=False, ec="black", lw=2,
+                           ls="-" if top.predicted_speedup > 1 else ":"))
     ax.annotate(f"best {top.predicted_speedup:.2f}x", (col + 0.5, row), xytext=(0, 4), textcoords="offset points",
                 ha="center", va="bottom", fontsize=MIN_PT)
     ax.set_xlabel("node budget (draft tokens per step)")
@@ -225,7 +227,8 @@ def learning_curves(taus: pd.DataFrame, fits: pd.DataFrame | None = None, *, tit
     draft's fitted line tau - 1 = a + b ln(tokens) on the left, dashed."""
     fig, axes = plt.subplots(1, 2, figsize=(COLUMN_IN, 3.4), sharey=True)
     palette = dict(zip(taus.draft.unique(), sns.color_palette("tab10")))
-    for ax, axis, label in ((axes[0], "seen_tokens", "answer tokens seen"), (axes[1], "train_seconds", "training seconds")):
+    for ax, axis, label in ((axes[0], "seen_tokens", "answer tokens seen"),
+                            (axes[1], "train_seconds", "training seconds")):
         sns.lineplot(data=taus, x=axis, y="tau", hue="draft", palette=palette, marker="o", ax=ax, legend=ax is axes[0])
         ax.set_xscale("log")
         ax.xaxis.set_major_locator(LogLocator(subs=(1, 2, 5)))  # 100k, 200k, 500k, 1M: few labels, none overlapping

@@ -4,11 +4,11 @@ Each notebook of a checkout's `notebooks/` folder (committed without outputs) ru
 `results` and any extra parameters injected after its `parameters` cell, in that folder, and its
 executed copy is written atomically to `<results>/<profile>/notebooks/`. All of them run in one
 Jupyter kernel, one after the other (its namespace reset in between): one process, so that the
-imports and a GPU's start-up (25-40 s of CUDA warm-up per new process) are paid once. The wall
-time of each notebook and of the whole run goes to `<results>/<profile>/notebooks/timings.json`. Papermill's injected-parameters cell
-is tagged `remove-cell` and stderr (progress bars, warnings) is dropped from the outputs, so the book
-shows the notebook's own parameters cell and the results; the progress is streamed to the terminal
-while the notebooks run.
+imports and a GPU's start-up (25-40 s of CUDA warm-up per new process) are paid once. The wall time
+of each notebook and of the whole run goes to `<results>/<profile>/notebooks/timings.json`.
+Papermill's injected-parameters cell is tagged `remove-cell` and stderr (progress bars, warnings) is
+dropped from the outputs, so the book shows the notebook's own parameters cell and the results; the
+progress is streamed to the terminal while the notebooks run.
 """
 
 from __future__ import annotations

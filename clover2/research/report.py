@@ -165,9 +165,10 @@ def seed_findings(spread: pd.DataFrame | None = None, pairs: pd.DataFrame | None
                      "of one seed's interval over prompts:")
         for r in spread.itertuples():
             versus = "" if r.difference_mean == 0 else (f"; against Clover-2 {r.difference_mean:+.3f} on average, "
-                                                       f"beyond prompt noise in {int(r.beyond_noise_in)} of {r.seeds} seeds")
-            lines.append(f"  - `{r.variant}`: {r.tau_mean:.3f} (seeds: sd {r.tau_sd:.3f}, {r.tau_min:.3f}-{r.tau_max:.3f}; "
-                         f"prompts: ±{r.prompt_half_width:.3f}){versus}.")
+                                                       f"beyond prompt noise in {int(r.beyond_noise_in)} of "
+                                                       f"{r.seeds} seeds")
+            lines.append(f"  - `{r.variant}`: {r.tau_mean:.3f} (seeds: sd {r.tau_sd:.3f}, "
+                         f"{r.tau_min:.3f}-{r.tau_max:.3f}; prompts: ±{r.prompt_half_width:.3f}){versus}.")
     for comparison, g in (pairs.groupby("comparison", sort=False) if has_pairs else []):
         above, below = int((g.lo > 1).sum()), int((g.hi < 1).sum())
         lines.append(f"- **Speed, {comparison}**, paired by prompt in each seed's run: "
@@ -221,7 +222,8 @@ def speedup_findings(table: pd.DataFrame, env: dict, curve: pd.DataFrame | None 
         else:
             nodes = (f"the draft's {fitted['budget']} node" + ("s" if fitted["budget"] > 1 else "") +
                      f", depth {fitted['depth']}" if fitted["budget"] else "no draft nodes")
-            lines.append(f"- **Fitted tree ({name})**: {nodes}" + (f", and {', '.join(copies)} copied" if copies else "")
+            lines.append(f"- **Fitted tree ({name})**: {nodes}"
+                         + (f", and {', '.join(copies)} copied" if copies else "")
                          + f"; predicted {fitted['predicted_speedup']:.2f}x, {measured}.")
     by_source = greedy.filter(regex=r"^accepted_.+_per_step$").dropna(how="all")  # hybrids and unions
     if len(by_source):
@@ -243,8 +245,9 @@ def speedup_findings(table: pd.DataFrame, env: dict, curve: pd.DataFrame | None 
     floor = env.get("bandwidth")
     for plain in [m for m in greedy.index if m.split("!")[0] == "ar"] if floor else []:
         step_ms = 1e3 / greedy.loc[plain].tokens_per_s
-        lines.append(f"- **Against memory bandwidth** (`{plain}`): {step_ms:.2f} ms per token, {step_ms / floor['floor_ms']:.0f}x "
-                     f"the floor of {floor['floor_ms']:.3f} ms ({floor['weight_bytes'] / 1e6:.0f} MB of weights at the "
+        lines.append(f"- **Against memory bandwidth** (`{plain}`): {step_ms:.2f} ms per token, "
+                     f"{step_ms / floor['floor_ms']:.0f}x the floor of {floor['floor_ms']:.3f} ms "
+                     f"({floor['weight_bytes'] / 1e6:.0f} MB of weights at the "
                      f"{floor['copy_bandwidth_gb_s']:.0f} GB/s a large copy reaches here).")
     exact = greedy.identical_frac.dropna()
     if len(exact):
@@ -297,7 +300,8 @@ def ablation_findings(summary: pd.DataFrame, n_prompts: int) -> str:
         if paired:
             def group(keep):
                 return ", ".join(f"`{v}` ({s.loc[v].tau:.2f})" for v in others if keep(s.loc[v])) or "none"
-            lines.append(f"- Clover-2 reaches tau {base:.2f} [{s.loc['clover2'].tau_lo:.2f}, {s.loc['clover2'].tau_hi:.2f}]. "
+            lines.append(f"- Clover-2 reaches tau {base:.2f} [{s.loc['clover2'].tau_lo:.2f}, "
+                         f"{s.loc['clover2'].tau_hi:.2f}]. "
                          f"Below it beyond noise: {group(lambda r: r.delta_hi < 0)}. Above it beyond noise: "
                          f"{group(lambda r: r.delta_lo > 0)}. Within noise: "
                          f"{group(lambda r: r.delta_lo <= 0 <= r.delta_hi)}.")
@@ -316,7 +320,8 @@ def ablation_findings(summary: pd.DataFrame, n_prompts: int) -> str:
         ttt = [(v, b) for v, b in (("clover2-ttt7", "clover2"), ("eagle1-ttt7", "eagle1")) if {v, b} <= set(s.index)]
         if ttt:
             lines.append("- Trained as EAGLE-3 trains (7 heads on their own states): "
-                         + "; ".join(f"`{v}` {s.loc[v].tau:.2f} against `{b}` {s.loc[b].tau:.2f}" for v, b in ttt) + ".")
+                         + "; ".join(f"`{v}` {s.loc[v].tau:.2f} against `{b}` {s.loc[b].tau:.2f}"
+                                     for v, b in ttt) + ".")
     return "\n".join(lines)
 
 

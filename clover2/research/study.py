@@ -100,15 +100,18 @@ def seed_spread(steps: pd.DataFrame, *, n_boot: int = 2000) -> tuple[pd.DataFram
     steps = steps.assign(draft=[b for b, _ in names], seed=[k or 0 for _, k in names])
     per_seed = pd.concat([tau_table(g.drop(columns="seed"), n_boot=n_boot).query("task == 'overall'").assign(seed=k)
                           for k, g in steps.groupby("seed")], ignore_index=True)
-    reference = per_seed[per_seed.variant == ("clover2" if "clover2" in set(per_seed.variant) else per_seed.variant.iloc[0])]
+    reference = per_seed[per_seed.variant == ("clover2" if "clover2" in set(per_seed.variant)
+                                              else per_seed.variant.iloc[0])]
     per_seed = per_seed.merge(reference[["seed", "tau"]].rename(columns={"tau": "reference_tau"}), on="seed")
     per_seed["difference"] = per_seed.tau - per_seed.reference_tau
     beyond = (per_seed.delta_lo > 0) | (per_seed.delta_hi < 0)
     summary = per_seed.assign(beyond=beyond, half_width=(per_seed.tau_hi - per_seed.tau_lo) / 2).groupby(
         "variant", sort=False).agg(seeds=("seed", "nunique"), tau_mean=("tau", "mean"), tau_sd=("tau", "std"),
-                                   tau_min=("tau", "min"), tau_max=("tau", "max"), prompt_half_width=("half_width", "mean"),
+                                   tau_min=("tau", "min"), tau_max=("tau", "max"),
+                                   prompt_half_width=("half_width", "mean"),
                                    difference_mean=("difference", "mean"), beyond_noise_in=("beyond", "sum"))
-    return per_seed[["variant", "seed", "tau", "tau_lo", "tau_hi", "difference", "delta_lo", "delta_hi"]], summary.reset_index()
+    return (per_seed[["variant", "seed", "tau", "tau_lo", "tau_hi", "difference", "delta_lo", "delta_hi"]],
+            summary.reset_index())
 
 
 def training_log(path: Path, variant: str) -> pd.DataFrame:
@@ -146,8 +149,8 @@ class Study:
         for sidecar in sorted(study.drafts_given.glob(f"*/{SIDECAR}")) if study.drafts_given else []:
             load_draft(sidecar.parent, study.target)  # drafts the user gave must fit this target
         study.results.mkdir(parents=True, exist_ok=True)
-        write_text(study.results / "profile.yaml", yaml.safe_dump(jsonable(asdict(prof) | {"target": study.target.name}),
-                                                                   sort_keys=False))
+        write_text(study.results / "profile.yaml",
+                   yaml.safe_dump(jsonable(asdict(prof) | {"target": study.target.name}), sort_keys=False))
         write_json(study.results / "provenance.json", {"commit": commit(), "code": code_version(), **machine()})
         return study
 
@@ -171,7 +174,8 @@ class Study:
 
     def _data_dir(self, config: DataConfig, kind: str) -> Path:
         key = stable_hash({"data": asdict(config), "target": self.target.identity(),
-                           "code": code_version("decoding", "training/data.py", "training/corpora.py", "training/tasks.py")})
+                           "code": code_version("decoding", "training/data.py", "training/corpora.py",
+                                                "training/tasks.py")})
         return cache_root() / "data" / self.profile.name / f"{kind}-{key}"
 
     def draft_dir(self, variant: str) -> Path:
@@ -275,13 +279,15 @@ class Study:
             if not (self.results / name / "bench.csv").exists():
                 raise Clover2Error(f"reuse: no benchmark in {self.results / name} to reuse; run it first (reuse=False)")
             return pd.read_csv(self.results / name / "bench.csv")
-        config = replace(self.profile.bench, **{k: tuple(v) if isinstance(v, list) else v for k, v in overrides.items()})
+        config = replace(self.profile.bench,
+                         **{k: tuple(v) if isinstance(v, list) else v for k, v in overrides.items()})
         specs = [MethodSpec.parse(s) for s in config.methods]
         drafts = {s.arch: self.draft(seeded(s.arch, seed)) for s in specs if s.is_draft and s.draft is None}
         key = stable_hash({"bench": asdict(config), "target": self.target.identity(), "dtype": str(self.target.dtype),
                            "device": str(self.target.device), "kernels": self.target.kernel_plan.describe(),
                            "machine": machine(), "code": code_version(),
-                           "drafts": {n: json.loads((p / SIDECAR).read_text())["weights_sha256"] for n, p in drafts.items()}})
+                           "drafts": {n: json.loads((p / SIDECAR).read_text())["weights_sha256"]
+                                      for n, p in drafts.items()}})
         cached = cache_root() / "bench" / self.profile.name / f"{name}-{key}"
         if rerun or not (cached / "bench.csv").exists():
             with atomic_path(cached) as tmp:

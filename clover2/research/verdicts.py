@@ -105,8 +105,8 @@ def primary_verdict(lo: float, hi: float, margin: float, smallest_claim: float) 
     if hi < 1:
         return "not reproduced: the rival ahead"
     if lo >= 1 - margin and hi <= 1 + margin:
-        return ("not reproduced: equivalent within {:.0%}, the paper's smallest gain excluded" if hi < 1 + smallest_claim
-                else "equivalent within {:.0%}").format(margin)
+        return ("not reproduced: equivalent within {:.0%}, the paper's smallest gain excluded"
+                if hi < 1 + smallest_claim else "equivalent within {:.0%}").format(margin)
     return "inconclusive at this power"
 
 
@@ -245,7 +245,8 @@ def analyze(design: DesignConfig, runs: pd.DataFrame, replays: pd.DataFrame, dev
     tables = {"grid": runs[(runs.seed == 0) & (runs.budget == design.main) & (runs.share == 1)][
         ["arm", "lr", "dev", "tokens", "epochs", "seconds_per_step"]].sort_values(["arm", "lr"])}
     chosen = {a: chosen_lr(design, a, dev) for a in design.arms}
-    tables["grid"]["chosen"] = [math.isclose(lr, chosen.get(a) or -1) for a, lr in zip(tables["grid"].arm, tables["grid"].lr)]
+    tables["grid"]["chosen"] = [math.isclose(lr, chosen.get(a) or -1)
+                                for a, lr in zip(tables["grid"].arm, tables["grid"].lr)]
     table = cells(replays, design, dev) if not replays.empty else {}
     if not table:
         return tables
@@ -270,8 +271,11 @@ def analyze(design: DesignConfig, runs: pd.DataFrame, replays: pd.DataFrame, dev
     tables["curve"] = pd.DataFrame(points).sort_values(["arm", "share", "budget"])
     curve = tables["curve"].set_index(["arm", "share", "budget"]).tau
     tables["data"] = pd.DataFrame([
-        {"arm": arm, "twice the steps (main / half budget)": curve[(arm, 1.0, design.main)] / curve[(arm, 1.0, design.budgets[0])],
-         "twice the unique data (all / half, main budget)": curve[(arm, 1.0, design.main)] / curve[(arm, design.half_data, design.main)]}
+        {"arm": arm,
+         "twice the steps (main / half budget)": curve[(arm, 1.0, design.main)]
+                                                 / curve[(arm, 1.0, design.budgets[0])],
+         "twice the unique data (all / half, main budget)": curve[(arm, 1.0, design.main)]
+                                                            / curve[(arm, design.half_data, design.main)]}
         for arm in design.arms if design.half_data and {(arm, 1.0, design.main), (arm, 1.0, design.budgets[0]),
                                                         (arm, design.half_data, design.main)} <= set(curve.index)])
     full = tables["curve"][tables["curve"].share == 1]
@@ -295,22 +299,24 @@ def markdown(df: pd.DataFrame, digits: int = 3) -> str:
     return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in cells.itertuples(index=False)])
 
 
-def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataFrame, *, machine: str, commits: str) -> str:
+def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataFrame, *, machine: str,
+         commits: str) -> str:
     """The study's results page, generated from its tables: the primary verdicts first, then every table,
     then what is not finished. Nothing on it is typed by hand."""
     done = (status.state == "done").sum()
     lines = ["# The designed study: results", "",
              f"Generated from `results/study/runs.csv` and `replays.csv` by `clover2 study report`: {done} of "
-             f"{len(status)} planned runs finished ({int(status.steps.isna().sum())} more wait for a learning-rate choice); "
-             f"trained in fp32 on {machine}, code at {commits}. The protocol is {{doc}}`../../book/protocol`.", ""]
+             f"{len(status)} planned runs finished ({int(status.steps.isna().sum())} more wait for a "
+             f"learning-rate choice); trained in fp32 on {machine}, code at {commits}. "
+             f"The protocol is {{doc}}`../../book/protocol`.", ""]
     v = tables.get("verdicts", pd.DataFrame())
     primary = v[v.family == "primary"] if not v.empty else v
     lines += ["## The primary comparisons", ""]
     if primary.empty:
         lines += ["No primary comparison has its replays yet.", ""]
     for r in primary.itertuples():
-        lines += [f"- **{r.comparison}** (tau ratio, {r.tree}, {r.budget} steps, {r.seeds} seeds, {r.prompts} prompts): "
-                  f"{r.ratio:.3f} [{r.lo:.3f}, {r.hi:.3f}] at {r.level:.1%}: **{r.verdict}**."]
+        lines += [f"- **{r.comparison}** (tau ratio, {r.tree}, {r.budget} steps, {r.seeds} seeds, "
+                  f"{r.prompts} prompts): {r.ratio:.3f} [{r.lo:.3f}, {r.hi:.3f}] at {r.level:.1%}: **{r.verdict}**."]
     names = {"verdicts": "Every comparison (p-values two-sided from the bootstrap; Holm within each family)",
              "spread": "tau per arm, budget and tree: the seeds' mean, their spread, and one seed's prompt interval",
              "power": "Power of the primary comparisons with the seeds finished (half-width as a share of the ratio)",
@@ -318,7 +324,8 @@ def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataF
              "curve": "Seed 0 at every annealed budget (tokens seen and epochs beside each)",
              "fits": "Fits of tau against tokens, read at the paper's budget (a range, not a prediction); EAGLE-3's "
                      "published data scaling is about +7% of tau - 1 per doubling (LLaMA-3.1-8B, 1x to 8x ShareGPT)",
-             "data": "Data or repetition: the tau ratio from twice the steps beside the one from twice the unique data, seed 0"}
+             "data": "Data or repetition: the tau ratio from twice the steps beside the one from twice the unique "
+                     "data, seed 0"}
     for key, title in names.items():
         if key in tables:
             lines += ["", f"## {title}", "", markdown(tables[key])]

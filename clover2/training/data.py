@@ -98,7 +98,8 @@ class DataConfig:
                 raise Clover2Error(f"data config: {name} must be >= 1, got {getattr(self, name)}")
         if min(self.tokens, self.conversations, self.dev_per_task) < 0 or \
                 not (self.tokens or self.conversations or self.task_prompts):
-            raise Clover2Error(f"data config: tokens (corpus), conversations or task_prompts (self) must be set: {self}")
+            raise Clover2Error("data config: tokens (corpus), conversations or task_prompts (self) must be set: "
+                               f"{self}")
         if self.pack_tokens < max(self.max_tokens, self.corpus_max_tokens) or self.corpus_max_tokens < 0:
             raise Clover2Error(f"data config: pack_tokens ({self.pack_tokens}) must hold one conversation "
                                f"of max_tokens ({self.max_tokens}) and of corpus_max_tokens ({self.corpus_max_tokens})")

