@@ -10,9 +10,17 @@ page of the table of contents at a laptop's width and the check fails on
 - a figure whose smallest text is under 9 pt as the page shows it (its PNG records the size of its
   smallest text, `clover2.research.figures.png`; figures made before that record are counted, not
   checked);
+- a figure with text drawn over other text (its PNG records the overlaps, `OVERLAP_KEY`);
 - a results page (under results/) without a figure or a table, or with almost no text;
-- a front page whose verdict (the `verdict` admonition) does not end within the first 1280x800 screen;
+- a front page whose scale and verdict (the `verdict` admonition) do not end within the first
+  1366x900 screen;
+- one quantity with two values: a method's speed over plain decoding (a table cell "1.19x [1.08,
+  1.33]" in a column about speed) that differs between two pages;
 - a figure an executed notebook references that is missing or empty (checked without a browser).
+
+It reports, without failing yet (the `cpu` notebooks print raw tables until their next run), raw
+pandas output (a DataFrame's HTML, a truncated one, NaN cells), pages over `MAX_SCREENS` screens that
+are not reference pages, and a book over `BOOK_SCREENS` screens.
 
 Needs Chromium (`apt-get install chromium` on Debian); without it only the file checks run.
 """
@@ -31,12 +39,16 @@ from pathlib import Path
 import yaml
 from PIL import Image
 
-from clover2.research.figures import FONT_KEY, MIN_PT
+from clover2.research.figures import FONT_KEY, MIN_PT, OVERLAP_KEY
 
 HTML = Path("_build/html")
-WIDTH = 1280  # a laptop browser window
-SCREEN_HEIGHT = 800  # its first screen
-FRONT = "book/intro.html"  # the front page: its verdict comes first
+WIDTH = 1366  # a laptop browser window
+SCREEN_HEIGHT = 900  # its first screen
+FRONT = "book/intro.html"  # the front page: its scale and verdict come first
+MAX_SCREENS = 5  # a page longer than this is too long to read, unless it is a reference page
+REFERENCE = {"book/method.html", "book/glossary.html", "book/checklist.html", "book/provenance.html",
+             "book/references.html", "book/protocol.html", "results/study/README.html"}
+BOOK_SCREENS = 60  # the whole book
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                   "--disable-component-update", "--disable-sync", "--no-first-run", "--hide-scrollbars",
                   f"--window-size={WIDTH},1000", "--virtual-time-budget=8000", "--dump-dom"]
@@ -53,6 +65,24 @@ PROBE = """<script>window.addEventListener('load', () => {
     if (!i.complete || i.naturalWidth === 0) found.broken.push(i.getAttribute('src')); });
   const verdict = document.querySelector('.verdict');
   found.verdict_bottom = verdict ? verdict.getBoundingClientRect().bottom + window.scrollY : null;
+  const scale = Array.from(main.querySelectorAll('p')).find(p => p.innerText.startsWith('The scale.'));
+  found.scale_bottom = scale ? scale.getBoundingClientRect().bottom + window.scrollY : null;
+  found.height = document.documentElement.scrollHeight;
+  found.dataframes = main.querySelectorAll('table.dataframe').length;
+  found.truncated = (main.innerText.match(/\\d+ rows × \\d+ columns/g) || []).slice(0, 3);
+  found.nan = Array.from(main.querySelectorAll('td')).filter(c => /^(NaN|nan|…|\\.\\.\\.)$/.test(c.innerText.trim()))
+    .length;
+  found.speeds = [];
+  main.querySelectorAll('table').forEach(t => {
+    const heads = Array.from(t.querySelectorAll('thead th')).map(h => h.innerText.trim().toLowerCase());
+    t.querySelectorAll('tbody tr').forEach(r => {
+      const cells = Array.from(r.querySelectorAll('td, th')).map(c => c.innerText.trim());
+      cells.forEach((c, i) => {
+        if (i > 0 && /^\\d+\\.\\d+x \\[/.test(c) && /speed/.test(heads[i] || ''))
+          found.speeds.push([cells[0], c.split(' ').slice(0, 3).join(' ')]);
+      });
+    });
+  });
   found.figures = Array.from(main.querySelectorAll('img'))
     .map(i => [i.getAttribute('src'), i.getBoundingClientRect().width]);
   main.querySelectorAll('table').forEach(t => {
@@ -95,6 +125,13 @@ def probe(browser: str, page: Path) -> dict:
     return json.loads(html.unescape(found.group(1)))
 
 
+def figure_info(page: Path, src: str) -> dict:
+    """What a figure's PNG records (its text chunks), empty for a figure that is not a local PNG."""
+    if src.startswith(("data:", "http")) or not (page.parent / src).is_file():
+        return {}
+    return dict(Image.open(page.parent / src).info)
+
+
 def figure_text_pt(page: Path, src: str, shown_px: float) -> float | None:
     """The smallest text of a figure as the page shows it, in points (CSS: 96 px per inch), from the
     size its PNG records and its resolution; None where the PNG records no size."""
@@ -113,10 +150,15 @@ def check_page(name: str, found: dict) -> list[str]:
     problems += [f"{name}: code or output cut off at its box's edge: {c}" for c in found["cut"]]
     problems += [f"{name}: formula not typeset: {t}" for t in found["tex"]]
     problems += [f"{name}: a Python object's repr as output: {r}" for r in found["reprs"]]
-    if name == FRONT and (found["verdict_bottom"] is None or found["verdict_bottom"] > SCREEN_HEIGHT):
-        where = "none" if found["verdict_bottom"] is None else f"it ends at {found['verdict_bottom']:.0f}px"
-        problems.append(f"{name}: the verdict is not on the first {WIDTH}x{SCREEN_HEIGHT} screen ({where})")
+    for what in ("scale", "verdict") if name == FRONT else ():
+        bottom = found[f"{what}_bottom"]
+        if bottom is None or bottom > SCREEN_HEIGHT:
+            where = "none" if bottom is None else f"it ends at {bottom:.0f}px"
+            problems.append(f"{name}: the {what} is not on the first {WIDTH}x{SCREEN_HEIGHT} screen ({where})")
     for src, shown in found["figures"]:
+        overlaps = figure_info(HTML / name, src).get(OVERLAP_KEY)
+        if overlaps:
+            problems.append(f"{name}: figure {src}: text drawn over text ({overlaps[:120]})")
         pt = figure_text_pt(HTML / name, src, shown)
         if pt is not None and pt < MIN_PT - 0.05:
             problems.append(f"{name}: figure {src}: its smallest text is {pt:.1f} pt at the page's width "
@@ -124,6 +166,19 @@ def check_page(name: str, found: dict) -> list[str]:
     if name.startswith("results/") and (found["images"] + found["tables"] == 0 or found["text"] < 400):
         problems.append(f"{name}: results page without a figure or table, or nearly empty ({found['text']} characters)")
     return problems
+
+
+def page_notes(name: str, found: dict) -> list[str]:
+    """What the check reports without failing yet: a page too long, raw pandas output."""
+    notes = []
+    screens = found["height"] / SCREEN_HEIGHT
+    if screens > MAX_SCREENS and name not in REFERENCE:
+        notes.append(f"{name}: {screens:.1f} screens long (the aim: at most {MAX_SCREENS} for a page that is not "
+                     "a reference)")
+    if found["dataframes"] or found["truncated"] or found["nan"]:
+        notes.append(f"{name}: raw pandas output ({found['dataframes']} DataFrame tables, truncated: "
+                     f"{found['truncated']}, {found['nan']} NaN or '...' cells)")
+    return notes
 
 
 def notebook_figures(name: str) -> list[str]:
@@ -148,12 +203,27 @@ def main() -> int:
     if browser is None:
         print("book check: chromium not found, pages not opened (Debian: apt-get install chromium)")
     else:
+        screens, speeds, notes = 0.0, {}, []
         for n in names:
             found = probe(browser, HTML / n)
             problems += check_page(n, found)
+            notes += page_notes(n, found)
+            screens += found["height"] / SCREEN_HEIGHT
+            for method, value in found["speeds"]:
+                speeds.setdefault(method, {}).setdefault(value, []).append(n)
             unrecorded = sum(figure_text_pt(HTML / n, src, w) is None for src, w in found["figures"])
-            print(f"book check: {n}: {found['images']} images ({unrecorded} without a text-size record), "
-                  f"{found['tables']} tables, {found['text']} characters")
+            print(f"book check: {n}: {found['height'] / SCREEN_HEIGHT:.1f} screens, {found['images']} images "
+                  f"({unrecorded} without a text-size record), {found['tables']} tables, {found['text']} characters")
+        for method, values in speeds.items():
+            if len(values) > 1:
+                given = ", ".join(f"{v} ({p[0]})" for v, p in values.items())
+                problems.append(f"{method}: speed over plain decoding given as {given}")
+        if screens > BOOK_SCREENS:
+            notes.append(f"the book is {screens:.0f} screens of {WIDTH}x{SCREEN_HEIGHT} "
+                         f"(the aim: at most {BOOK_SCREENS})")
+        for note in notes:
+            print("book check: to fix:", note)
+        print(f"book check: {screens:.0f} screens in all")
     for p in problems:
         print("book check:", p, file=sys.stderr)
     print(f"book check: {len(names)} pages, {len(problems)} problems")

@@ -38,3 +38,23 @@ def test_a_figure_wider_than_a_notebook_output_is_narrowed_not_shrunk():
     assert image.size[0] <= OUTPUT_IN * DPI + 2  # shown at its own size in a notebook output
     assert float(image.info[FONT_KEY]) == 10.0  # the text kept its points
     plt.close(fig)
+
+
+def test_text_drawn_over_other_text_is_recorded():
+    """A label printed over a panel's title (the book once showed "best 0.9clover2") is recorded in
+    the PNG for the book check; a figure whose texts keep apart records nothing."""
+    import matplotlib.pyplot as plt
+
+    from clover2.research.figures import OVERLAP_KEY, png
+
+    fig, ax = plt.subplots(figsize=(4, 3))
+    ax.set_title("clover2")
+    ax.text(0.5, 1.02, "best 0.90", transform=ax.transAxes, ha="center", va="bottom")
+    assert "best 0.90 | clover2" in Image.open(io.BytesIO(png(fig))).info[OVERLAP_KEY] or \
+        "clover2 | best 0.90" in Image.open(io.BytesIO(png(fig))).info[OVERLAP_KEY]
+    plt.close(fig)
+    fig, ax = plt.subplots(figsize=(4, 3))
+    ax.set_title("clover2")
+    ax.plot([0, 1], [0, 1])
+    assert Image.open(io.BytesIO(png(fig))).info[OVERLAP_KEY] == ""
+    plt.close(fig)

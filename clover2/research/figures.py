@@ -30,6 +30,7 @@ OUTPUT_IN = 7.1  # a notebook output inside that column (its padding takes ~40 p
 MIN_PT = 9  # the smallest text a figure may have at that width
 DPI = 120
 FONT_KEY = "clover2 smallest text pt"  # the PNG text chunk the browser check reads
+OVERLAP_KEY = "clover2 overlapping text"  # and the texts drawn over one another ("" when none)
 
 sns.set_theme(context="notebook", style="whitegrid", rc={"figure.dpi": DPI, "savefig.dpi": DPI})
 
@@ -40,6 +41,26 @@ def smallest_text_pt(fig) -> float:
     fig.canvas.draw()
     sizes = [t.get_fontsize() for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
     return float(min(sizes)) if sizes else float("inf")
+
+
+def overlapping_text(fig) -> list[str]:
+    """Pairs of visible, non-empty texts of a figure whose drawn boxes overlap (a label printed over a
+    title, colliding tick labels), as "a | b"."""
+    fig = getattr(fig, "figure", fig)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    undrawn = set()  # labels of ticks outside their axis' view: kept by matplotlib, never drawn
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            lo, hi = sorted(axis.get_view_interval())
+            pad = 1e-9 * max(1.0, abs(hi - lo))
+            for tick in axis.get_major_ticks() + axis.get_minor_ticks():
+                if not lo - pad <= tick.get_loc() <= hi + pad:
+                    undrawn |= {id(tick.label1), id(tick.label2)}
+    texts = [(t.get_text().strip(), t.get_window_extent(renderer)) for t in fig.findobj(Text)
+             if t.get_visible() and t.get_text().strip() and id(t) not in undrawn]
+    return [f"{a} | {b}" for i, (a, box_a) in enumerate(texts) for b, box_b in texts[i + 1:]
+            if box_a.overlaps(box_b) and box_a.width * box_a.height > 0 and box_b.width * box_b.height > 0]
 
 
 def fit_width(fig: Figure, width: float = OUTPUT_IN) -> None:
@@ -57,12 +78,14 @@ def fit_width(fig: Figure, width: float = OUTPUT_IN) -> None:
 
 def png(fig) -> bytes:
     """A figure (or seaborn grid) as the book shows it: a PNG at `DPI`, cropped to what is drawn and
-    at most `OUTPUT_IN` wide (`fit_width`), recording its smallest text size (`FONT_KEY`)."""
+    at most `OUTPUT_IN` wide (`fit_width`), recording its smallest text size (`FONT_KEY`) and any
+    texts drawn over one another (`OVERLAP_KEY`)."""
     fig = getattr(fig, "figure", fig)
     fit_width(fig)
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=DPI, bbox_inches="tight",
-                metadata={FONT_KEY: f"{smallest_text_pt(fig):.2f}", "Software": "clover2"})
+                metadata={FONT_KEY: f"{smallest_text_pt(fig):.2f}", OVERLAP_KEY: "; ".join(overlapping_text(fig)),
+                          "Software": "clover2"})
     return buffer.getvalue()
 
 

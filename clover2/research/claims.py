@@ -1,0 +1,237 @@
+"""The front page's verdict: the paper's claims one by one, each with this book's evidence and its
+status, generated from the result tables so that no verdict is typed by hand.
+
+The evidence comes from two places: the designed study (`results/study/`: its verdicts table, with
+the protocol's decision rules, `clover2.research.verdicts`) for everything that compares trained
+drafts, and the `cpu` profile that `make reproduce` reruns (`results/cpu/bench/`) for exactness,
+costs and speed on a CPU. A status is one of `STATUSES`; a comparison the study has not finished
+says so, with how far the study is.
+
+`speeds` is the table of what to expect on a CPU for the page on using a draft.
+
+    python -m clover2.research.claims results book    # book/verdict.md and book/speeds.md
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from clover2.files import write_text
+from clover2.measure.bench import geometric_mean
+from clover2.research import paper
+
+STATUSES = ("reproduced", "equivalent within the margin", "not reproduced", "inconclusive", "not testable here",
+            "not decided yet")
+NAMES = {"clover2-official": "Clover-2 (official recipe)", "clover2": "Clover-2 (this project's value gain)",
+         "eagle1": "EAGLE-1", "eagle3": "EAGLE-3", "medusa": "Medusa-1", "clover1": "Clover-1",
+         "clover2-no-projector": "Clover-2 without its output projector",
+         "clover2-hard-labels": "Clover-2 trained on hard labels"}
+NOT_TESTABLE_COST = 1.5  # a CPU where verifying the paper's 26-token tree costs this many plain steps or more
+
+
+@dataclass(frozen=True)
+class Claim:
+    claim: str  # the paper's claim, in words
+    paper: str  # the paper's numbers
+    here: str  # this book's evidence
+    status: str  # one of STATUSES
+    page: str  # the page that shows the evidence
+
+
+def _pct(lo: float, hi: float) -> str:
+    return f"{100 * (lo - 1):+.0f} to {100 * (hi - 1):+.0f}%"
+
+
+def _ratio(r) -> str:
+    return f"{r.ratio:.3f} [{r.lo:.3f}, {r.hi:.3f}] ({r.seeds} seeds, {r.prompts} prompts)"
+
+
+def _study_status(verdict: str) -> str:
+    """The protocol's verdict (`clover2.research.verdicts`) as one of STATUSES."""
+    if verdict.startswith("reproduced") or verdict == "ahead":
+        return "reproduced"
+    if verdict.startswith("equivalent"):
+        return "equivalent within the margin"
+    if verdict.startswith("not reproduced") or verdict == "behind":
+        return "not reproduced"
+    return "inconclusive"
+
+
+def _read(path: Path) -> pd.DataFrame:
+    return pd.read_csv(path) if path.exists() else pd.DataFrame()
+
+
+def study_claims(results: Path) -> list[Claim]:
+    """The claims the designed study decides: Clover-2 against EAGLE-1 (its primary comparisons, tau
+    and speed), against the other drafts, and its parts."""
+    study = results / "study"
+    runs, verdicts = _read(study / "runs.csv"), _read(study / "verdicts.csv")
+    progress = f"the designed study has not finished it ({len(runs)} runs trained so far)"
+    page = "../results/study/README"
+    taus = paper.clover2_over_eagle1(paper.tau().assign(source=lambda d: d.target))
+    speeds = paper.throughput().pivot_table(index=["temperature", "target", "task"], columns="method",
+                                            values="speedup")
+    speed_ratio = speeds.clover2 / speeds.eagle1
+    out = []
+
+    def rows(family: str, comparison: str | None = None) -> pd.DataFrame:
+        if verdicts.empty:
+            return verdicts
+        v = verdicts[(verdicts.family == family) & (verdicts.tree == "eagle25")]
+        return v[v.comparison == comparison] if comparison else v
+
+    for arm in ("clover2-official", "clover2"):
+        r = rows("primary", f"{arm} / eagle1")
+        here, status = (progress, "not decided yet") if r.empty else (
+            f"tau ratio {_ratio(r.iloc[0])}, 25-node tree", _study_status(r.iloc[0].verdict))
+        out.append(Claim(f"{NAMES[arm]} predicts more tokens per step than EAGLE-1",
+                         f"tau {_pct(taus.tau_ratio.min(), taus.tau_ratio.max())}", here, status, page))
+    speed = _read(study / "speed" / "paired.csv")
+    pair = speed[(speed.method == "clover2@eagle25=clover2-official") & (speed.versus == "eagle1@eagle25=eagle1")] \
+        if not speed.empty else speed
+    if pair.empty:
+        here, status = progress, "not decided yet"
+    else:
+        p = pair.iloc[0]
+        here = f"{p.speed_ratio:.3f}x [{p.speed_ratio_lo:.3f}, {p.speed_ratio_hi:.3f}] on one CPU, paired by prompt"
+        status = "reproduced" if p.speed_ratio_lo > 1 else "not reproduced" if p.speed_ratio_hi < 1 else "inconclusive"
+    out.append(Claim("Clover-2 decodes faster than EAGLE-1",
+                     f"speed {_pct(speed_ratio.min(), speed_ratio.max())}", here, status, page))
+    for family, claim in (("architectures", "{a} predicts more tokens per step than {b}"),
+                          ("parts", "{b} predicts more tokens per step than {a}")):
+        r = rows(family)
+        for x in r.itertuples():
+            a, b = (NAMES.get(s, s) for s in x.comparison.split(" / "))
+            text = claim.format(a=a, b=b)
+            out.append(Claim(text, "(the paper's premise)" if family == "architectures" else "(its design)",
+                             f"tau ratio {_ratio(x)}, Holm p {x.p_holm:.3f}", _study_status(x.verdict), page))
+        if r.empty:
+            out.append(Claim("Clover-2 predicts more tokens per step than EAGLE-3, Medusa-1 and Clover-1"
+                             if family == "architectures" else "Each of Clover-2's parts helps",
+                             "(the paper's premise)" if family == "architectures" else "(its design)", progress,
+                             "not decided yet", page))
+    return out
+
+
+def cpu_claims(results: Path) -> list[Claim]:
+    """The claims the `cpu` profile's benchmark decides on its machine: exactness, the draft's cost,
+    and the speedup over plain decoding."""
+    bench_dir = results / "cpu" / "bench"
+    bench, runs, curve = (_read(bench_dir / f) for f in ("bench.csv", "runs.csv", "cost_curve.csv"))
+    page = "../results/cpu/notebooks/04_speedup"
+    out = []
+    decoded = runs[runs.method != "ar"]
+    identical = decoded.identical.mean()
+    out.append(Claim("Speculative decoding is lossless", "by construction",
+                     f"{identical:.1%} of {len(decoded)} decodings token-identical to plain decoding; sampling "
+                     "tested against the exact distribution ({doc}`validation`)",
+                     "reproduced" if identical == 1 else "not reproduced", page))
+    t0 = runs[(runs.temperature == 0) & (runs.repeat == 0)].set_index("prompt")
+    ms = {m: 1000 * (g.draft_share * g.decode_s / g.steps) for m, g in t0.groupby("method")}
+    c, e = ms["clover2@eagle25"], ms["eagle1@eagle25"]
+    ratio, lo, hi = geometric_mean((c / e.reindex(c.index)).to_numpy(), _picks(len(c)))
+    out.append(Claim("Clover-2's draft step costs less than EAGLE-1's", "(the design: its layers run once a step)",
+                     f"{c.median():.1f} against {e.median():.1f} ms a step at the 25-node tree, ratio {ratio:.2f} "
+                     f"[{lo:.2f}, {hi:.2f}]", "reproduced" if hi < 1 else "not reproduced" if lo > 1
+                     else "inconclusive", page))
+    cost = float(np.interp(26, curve.n_tokens, curve.relative))
+    throughput = paper.throughput()
+    for t in (0, 1):
+        row = bench[(bench.method == "clover2@eagle25") & (bench.task == "overall") & (bench.temperature == t)]
+        theirs = throughput[(throughput.method == "clover2") & (throughput.temperature == t)].speedup
+        if row.empty:
+            continue
+        r = row.iloc[0]
+        testable = cost < NOT_TESTABLE_COST
+        status = ("reproduced" if r.speedup_lo >= theirs.min() else "not reproduced") if testable \
+            else "not testable here"
+        out.append(Claim(f"Clover-2 decodes two to three times as fast as plain decoding (T = {t})",
+                         f"{theirs.min():.2f}-{theirs.max():.2f}x on GPUs",
+                         f"{r.speedup:.2f}x [{r.speedup_lo:.2f}, {r.speedup_hi:.2f}] at the 25-node tree; verifying "
+                         f"its 26 tokens costs {cost:.1f} plain steps here", status, page))
+    return out
+
+
+def _picks(n: int, n_boot: int = 2000, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, n, (n_boot, n))
+
+
+def claims(results: Path) -> list[Claim]:
+    return study_claims(results) + cpu_claims(results)
+
+
+def scale(results: Path) -> str:
+    """The scale of this book's evidence beside the paper's, and where its answer could change."""
+    runs, bench = _read(results / "study" / "runs.csv"), _read(results / "cpu" / "bench" / "bench.csv")
+    main = runs[runs.budget == runs.budget.max()] if not runs.empty else runs
+    tokens = int(main.tokens.iloc[0]) if not main.empty else 0
+    drafts = bench[(bench.task == "overall") & (bench.temperature == 0) & bench.method.str.endswith("@eagle25")]
+    theirs = paper.tau().tau
+    budget = (f"the study's drafts see {tokens:,} answer tokens ({main.epochs.iloc[0]:.1f} epochs), about 1/"
+              f"{paper.PAPER_ANSWER_TOKENS / tokens:,.0f} of the paper's {paper.PAPER_ANSWER_TOKENS / 1e9:.1f} "
+              "billion" if tokens else "the study's drafts are still training")
+    return (f"**The scale.** The target is SmolLM2-135M-Instruct (fp32) on two CPU cores, not the paper's 7-8B "
+            f"models on GPUs; {budget}. Trained drafts accept {drafts.tau.min():.2f}-{drafts.tau.max():.2f} "
+            f"tokens per step here (the `cpu` profile) against {theirs.min():.1f}-{theirs.max():.1f} in the paper. "
+            "The ordering of the drafts is what this scale can test; it could change with a larger target, more "
+            "training data, or a GPU, where verifying a tree of tokens costs about one plain step.")
+
+
+def markdown(results: Path) -> str:
+    """The scale, the verdict box (the claims grouped by status), then the claims table."""
+    rows = claims(results)
+    lines = [scale(results), "", "```{admonition} The verdict, claim by claim", ":class: verdict", ""]
+    for status in STATUSES:
+        mine = [c.claim for c in rows if c.status == status]
+        if mine:
+            lines.append(f"- **{status.capitalize()}**: {'; '.join(mine)}.")
+    lines += ["```", "",
+              "| the paper's claim | the paper | this book | status |", "|---|---|---|---|"]
+    lines += [f"| {c.claim} | {c.paper} | {c.here} ({{doc}}`source <{c.page}>`) | **{c.status}** |" for c in rows]
+    return "\n".join(lines) + "\n"
+
+
+def speeds(results: Path) -> str:
+    """What each method gave on the `cpu` profile's machine, fastest first (greedy), with the
+    `clover2 generate` flags that run it (a fitted tree as the static tree the benchmark chose)."""
+    bench_dir = results / "cpu" / "bench"
+    bench, env = _read(bench_dir / "bench.csv"), json.loads((bench_dir / "env.json").read_text())
+    rows = bench[(bench.task == "overall") & (bench.temperature == 0) & (bench.method != "ar")
+                 & bench.speedup_lo.notna()].sort_values("speedup", ascending=False)
+    fitted = env.get("fitted_trees", {})
+
+    def flags(method: str) -> str:
+        name, _, tree = method.partition("@")
+        if name == "hf-pld":
+            return "(Hugging Face's own prompt lookup)"
+        if name.startswith("union+"):
+            return "(the benchmark's fitted union)"
+        if tree == "fitted":
+            fit = fitted.get(name.split("+")[-1], {})
+            tree = f"chain{fit['depth']}" if fit.get("budget") == fit.get("depth") else \
+                f"dynamic:{fit['budget']}:{fit['depth']}:8"
+        draft = " --draft DRAFT" if any(a in name for a in ("clover", "eagle", "medusa")) else ""
+        return f"`--method {name}" + (f" --tree {tree}" if tree else "") + f"{draft}`"
+
+    lines = [f"Measured on {env['cpu_name']} ({env['cpu_count']} cores), commit {env['commit']}, "
+             f"{int(rows.n_prompts.max())} prompts of {env['bench']['max_new_tokens']} new tokens, every method "
+             "interleaved with plain decoding in one run, nothing else running "
+             f"({env['other_load']:.1%} of the machine); drafts trained by the `cpu` profile (90 steps).", "",
+             "| method | speed over plain decoding | tokens per step | as `clover2 generate` |", "|---|---|---|---|"]
+    lines += [f"| {r.method} | {r.speedup:.2f}x [{r.speedup_lo:.2f}, {r.speedup_hi:.2f}] | "
+              f"{'–' if pd.isna(r.tau) else f'{r.tau:.2f}'} | "
+              f"{flags(r.method)} |" for r in rows.itertuples()]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    results, book = (Path(a) for a in (sys.argv[1:] + ["results", "book"])[:2]) if len(sys.argv) > 1 else \
+        (Path("results"), Path("book"))
+    write_text(book / "verdict.md", markdown(results))
+    write_text(book / "speeds.md", speeds(results))

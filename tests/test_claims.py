@@ -1,0 +1,55 @@
+"""The front page's verdict is generated from the result tables: change a table, the text changes."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pandas as pd
+
+from clover2.research.claims import claims, markdown
+
+RESULTS = Path(__file__).parents[1] / "results"
+TABLES = ["study/runs.csv", "cpu/bench/bench.csv", "cpu/bench/runs.csv", "cpu/bench/cost_curve.csv"]
+
+
+def _copy(tmp_path: Path) -> Path:
+    for name in TABLES:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(RESULTS / name, tmp_path / name)
+    return tmp_path
+
+
+def _status(results: Path, start: str) -> str:
+    return next(c.status for c in claims(results) if c.claim.startswith(start))
+
+
+def test_the_committed_verdict_is_what_the_committed_tables_say():
+    assert (Path(__file__).parents[1] / "book" / "verdict.md").read_text() == markdown(RESULTS)
+
+
+def test_a_changed_table_changes_the_verdict(tmp_path):
+    results = _copy(tmp_path)
+    before = markdown(results)
+    assert _status(results, "Speculative decoding is lossless") == "reproduced"
+    runs = pd.read_csv(results / "cpu/bench/runs.csv")
+    runs.loc[runs.method == "clover2@eagle25", "identical"] = 0.0  # one method's outputs differ
+    runs.to_csv(results / "cpu/bench/runs.csv", index=False)
+    assert _status(results, "Speculative decoding is lossless") == "not reproduced"
+    assert _status(results, "Clover-2 (official recipe)") == "not decided yet"
+    pd.DataFrame([{"family": "primary", "comparison": "clover2-official / eagle1", "tree": "eagle25", "budget": 600,
+                   "ratio": 0.99, "lo": 0.98, "hi": 1.005, "p": 0.3, "p_holm": 0.3, "seeds": "5 vs 5", "prompts": 131,
+                   "verdict": "not reproduced: equivalent within 3%, the paper's smallest gain excluded"}]
+                 ).to_csv(results / "study/verdicts.csv", index=False)
+    assert _status(results, "Clover-2 (official recipe)") == "not reproduced"
+    text = markdown(results)
+    assert text != before and "0.990 [0.980, 1.005] (5 vs 5 seeds, 131 prompts)" in text
+
+
+def test_a_cpu_where_the_tree_costs_one_step_tests_the_speedup(tmp_path):
+    results = _copy(tmp_path)
+    assert _status(results, "Clover-2 decodes two to three times") == "not testable here"
+    curve = pd.read_csv(results / "cpu/bench/cost_curve.csv")
+    curve["relative"] = 1.0  # as on a GPU: verifying 26 tokens costs one step
+    curve.to_csv(results / "cpu/bench/cost_curve.csv", index=False)
+    assert _status(results, "Clover-2 decodes two to three times") == "not reproduced"  # 0.56x here
