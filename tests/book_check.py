@@ -16,11 +16,12 @@ page of the table of contents at a laptop's width and the check fails on
   1366x900 screen;
 - one quantity with two values: a method's speed over plain decoding (a table cell "1.19x [1.08,
   1.33]" in a column about speed) that differs between two pages;
+- raw pandas output: a DataFrame's own HTML, a truncated one ("80 rows x 6 columns") or NaN cells
+  (notebooks show tables through `clover2.research.tables`);
 - a figure an executed notebook references that is missing or empty (checked without a browser).
 
-It reports, without failing yet (the `cpu` notebooks print raw tables until their next run), raw
-pandas output (a DataFrame's HTML, a truncated one, NaN cells), pages over `MAX_SCREENS` screens that
-are not reference pages, and a book over `BOOK_SCREENS` screens.
+It reports, without failing yet, pages over `MAX_SCREENS` screens that are not reference pages, and
+a book over `BOOK_SCREENS` screens.
 
 Needs Chromium (`apt-get install chromium` on Debian); without it only the file checks run.
 """
@@ -150,6 +151,9 @@ def check_page(name: str, found: dict) -> list[str]:
     problems += [f"{name}: code or output cut off at its box's edge: {c}" for c in found["cut"]]
     problems += [f"{name}: formula not typeset: {t}" for t in found["tex"]]
     problems += [f"{name}: a Python object's repr as output: {r}" for r in found["reprs"]]
+    if found["dataframes"] or found["truncated"] or found["nan"]:
+        problems.append(f"{name}: raw pandas output ({found['dataframes']} DataFrame tables, truncated: "
+                        f"{found['truncated']}, {found['nan']} NaN or '...' cells)")
     for what in ("scale", "verdict") if name == FRONT else ():
         bottom = found[f"{what}_bottom"]
         if bottom is None or bottom > SCREEN_HEIGHT:
@@ -169,15 +173,12 @@ def check_page(name: str, found: dict) -> list[str]:
 
 
 def page_notes(name: str, found: dict) -> list[str]:
-    """What the check reports without failing yet: a page too long, raw pandas output."""
+    """What the check reports without failing yet: a page too long."""
     notes = []
     screens = found["height"] / SCREEN_HEIGHT
     if screens > MAX_SCREENS and name not in REFERENCE:
         notes.append(f"{name}: {screens:.1f} screens long (the aim: at most {MAX_SCREENS} for a page that is not "
                      "a reference)")
-    if found["dataframes"] or found["truncated"] or found["nan"]:
-        notes.append(f"{name}: raw pandas output ({found['dataframes']} DataFrame tables, truncated: "
-                     f"{found['truncated']}, {found['nan']} NaN or '...' cells)")
     return notes
 
 

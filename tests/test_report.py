@@ -185,3 +185,20 @@ def test_the_reported_evaluation_is_the_benchmarked_checkpoints():
                             for s in (500, 1000, 1300)])
     rows = report.at_saved_step(metrics, {"medusa": 1000, "eagle1": None}).set_index("variant")
     assert rows.loc["medusa", "step"] == 1000 and rows.loc["eagle1", "step"] == 1300  # keep-best, and the last
+
+
+def test_a_notebook_table_is_plain_rounded_and_short():
+    """DataFrames display as the book shows them: the index a first column, no NaN, numbers rounded
+    by size, at most MAX_ROWS rows with a note; never pandas' own HTML."""
+    import pandas as pd
+
+    from clover2.research.tables import MAX_ROWS, cell, html
+
+    df = pd.DataFrame({"tau": [1.23456, float("nan")], "tokens": [635066.0, 12.0], "n": [3, 4]},
+                      index=pd.Index(["clover2", "eagle1"], name="method"))
+    text = html(df)
+    assert "dataframe" not in text and "NaN" not in text and "<th>method</th>" in text
+    assert "<td>1.23</td>" in text and "<td>–</td>" in text and "<td>635,066</td>" in text and "<td>12.0</td>" in text
+    assert [cell(x) for x in (0.01234, 123.456, 2, True)] == ["0.012", "123", "2", "yes"]
+    long = html(pd.DataFrame({"x": range(MAX_ROWS + 5)}))
+    assert long.count("<tr>") == MAX_ROWS + 1 and f"The first {MAX_ROWS} of {MAX_ROWS + 5} rows" in long

@@ -4,3 +4,5 @@ apart, figures, the paper's numbers and the papermill runs. It needs the `book` 
 from clover2.errors import require_extra
 
 require_extra("book", "matplotlib", "seaborn", "papermill", "nbformat")
+
+from clover2.research import tables  # noqa: E402,F401  (DataFrames in a notebook display as the book shows them)
