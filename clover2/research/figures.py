@@ -270,14 +270,20 @@ def learning_curves(taus: pd.DataFrame, fits: pd.DataFrame | None = None, *, tit
     return fig
 
 
+MIN_CONDITIONING = 30  # steps a per-depth acceptance rate must rest on to be drawn
+
+
 def depth_acceptance_plot(depths: pd.DataFrame, *, title: str = ""):
     """Decode-time acceptance per depth of the tree, one line per draft (`depths`: from
     `clover2.measure.acceptance.depth_acceptance`): left, the rate at depth d among the steps that
-    accepted d - 1 draft tokens; right, the share of all steps reaching depth d (tau - 1 is their sum)."""
+    accepted d - 1 draft tokens, where at least `MIN_CONDITIONING` did; right, the share of all
+    steps reaching depth d (tau - 1 is their sum)."""
     fig, axes = plt.subplots(1, 2, figsize=(COLUMN_IN, 3.2))
-    for ax, value, label in ((axes[0], "rate", "accepted at depth d,\ngiven depth d - 1"),
-                             (axes[1], "reached", "steps reaching depth d")):
-        sns.lineplot(data=depths, x="depth", y=value, hue="draft", style="draft", markers=True, dashes=False,
+    counted = depths[depths.steps >= MIN_CONDITIONING]  # a rate over a handful of steps is noise
+    for ax, data, value, label in ((axes[0], counted, "rate", f"accepted at depth d, given d - 1\n"
+                                    f"(where {MIN_CONDITIONING}+ steps reached d - 1)"),
+                                   (axes[1], depths, "reached", "steps reaching depth d")):
+        sns.lineplot(data=data, x="depth", y=value, hue="draft", style="draft", markers=True, dashes=False,
                      ax=ax, legend=ax is axes[1])
         ax.set_xlabel("depth d (draft tokens)")
         ax.set_ylabel(label)
