@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from clover2.research.claims import claims, markdown
+from clover2.research.claims import claims, markdown, speeds
 
 RESULTS = Path(__file__).parents[1] / "results"
 TABLES = ["study/runs.csv", "cpu/bench/bench.csv", "cpu/bench/runs.csv", "cpu/bench/cost_curve.csv"]
@@ -53,3 +53,21 @@ def test_a_cpu_where_the_tree_costs_one_step_tests_the_speedup(tmp_path):
     curve["relative"] = 1.0  # as on a GPU: verifying 26 tokens costs one step
     curve.to_csv(results / "cpu/bench/cost_curve.csv", index=False)
     assert _status(results, "Clover-2 decodes two to three times") == "not reproduced"  # 0.56x here
+
+
+def test_the_speeds_table_says_how_to_run_each_method(tmp_path):
+    """A fitted tree becomes the static tree the benchmark chose; where no draft tree pays, the
+    hybrid is its copying part alone and the draft alone is plain decoding."""
+    import json
+
+    results = _copy(tmp_path)
+    shutil.copy(RESULTS / "cpu/bench/env.json", results / "cpu/bench/env.json")
+    env = json.loads((results / "cpu/bench/env.json").read_text())
+    env["fitted_trees"] = {"clover2": {"budget": 3, "depth": 3}, "union+clover2": {"budget": 0, "depth": 0}}
+    (results / "cpu/bench/env.json").write_text(json.dumps(env))
+    text = speeds(results)
+    assert "`--method pld+clover2 --tree chain3 --draft DRAFT`" in text and "`--method tr --tree chain4`" in text
+    env["fitted_trees"]["clover2"] = {"budget": 0, "depth": 0}
+    (results / "cpu/bench/env.json").write_text(json.dumps(env))
+    text = speeds(results)
+    assert "| `--method pld` |" in text and "(drafts nothing here: plain decoding)" in text and "chain0" not in text

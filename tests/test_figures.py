@@ -58,3 +58,19 @@ def test_text_drawn_over_other_text_is_recorded():
     ax.plot([0, 1], [0, 1])
     assert Image.open(io.BytesIO(png(fig))).info[OVERLAP_KEY] == ""
     plt.close(fig)
+
+
+def test_a_per_depth_rate_resting_on_a_handful_of_steps_is_not_drawn():
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    from clover2.research.figures import MIN_CONDITIONING, depth_acceptance_plot
+
+    depths = pd.DataFrame({"draft": "clover2", "tree": "eagle25", "depth": [1, 2, 3],
+                           "steps": [400, 90, MIN_CONDITIONING - 1], "rate": [0.3, 0.2, 0.9],
+                           "reached": [0.3, 0.06, 0.01]})
+    fig = depth_acceptance_plot(depths)
+    rate, reached = fig.axes[0], fig.axes[1]
+    assert max(x for line in rate.lines for x in line.get_xdata()) == 2  # depth 3: too few steps
+    assert max(x for line in reached.lines for x in line.get_xdata()) == 3
+    plt.close(fig)

@@ -214,6 +214,8 @@ def speeds(results: Path) -> str:
             return "(the benchmark's fitted union)"
         if tree == "fitted":
             fit = fitted.get(name.split("+")[-1], {})
+            if not fit.get("budget"):  # no draft tree pays on this machine: the copy part alone, or plain decoding
+                return f"`--method {name.split('+')[0]}`" if "+" in name else "(drafts nothing here: plain decoding)"
             tree = f"chain{fit['depth']}" if fit.get("budget") == fit.get("depth") else \
                 f"dynamic:{fit['budget']}:{fit['depth']}:8"
         draft = " --draft DRAFT" if any(a in name for a in ("clover", "eagle", "medusa")) else ""

@@ -45,7 +45,8 @@ def smallest_text_pt(fig) -> float:
 
 def overlapping_text(fig) -> list[str]:
     """Pairs of visible, non-empty texts of a figure whose drawn boxes overlap (a label printed over a
-    title, colliding tick labels), as "a | b"."""
+    title, colliding tick labels), as "a | b". A text turned by other than a right angle is compared by
+    its upright bounding box, which may collide where its letters do not: turn labels by 90 degrees."""
     fig = getattr(fig, "figure", fig)
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
@@ -196,7 +197,7 @@ def tau_beside_paper(tau: pd.DataFrame):
                     height=2.4, aspect=1.0, col_wrap=3, palette="tab10")
     g.set_axis_labels("", "tau (tokens per\ntarget forward)")
     g.set_titles("{col_name}", size=MIN_PT + 1)
-    g.tick_params(axis="x", labelrotation=45)
+    g.tick_params(axis="x", labelrotation=90)  # upright: rotated 45 degrees, neighbouring labels' boxes collide
     return g
 
 
@@ -216,7 +217,8 @@ def cost_curve_plot(curve: pd.DataFrame, *, title: str = ""):
 def fit_heatmap(fit: pd.DataFrame, *, title: str = ""):
     """Predicted speedup of the dynamic tree per node budget and depth (from the fitted model),
     on one scale anchored at 1 for every draft (red: slower than plain decoding, blue: faster); the
-    best cell is outlined (dotted where even it is slower than plain decoding) and its value written.
+    best cell is outlined (dotted where even it is slower than plain decoding) and its value given
+    in the title.
     Empty cells are budgets a tree of that depth cannot reach with its top-k. For a union's fit
     (columns `<source>_budget`), the draft's trees beside the copy budgets of the best cell."""
     from matplotlib.patches import Rectangle
@@ -230,16 +232,17 @@ def fit_heatmap(fit: pd.DataFrame, *, title: str = ""):
     fig, ax = plt.subplots(figsize=(COLUMN_IN, 2.9))
     # one scale for every draft and machine, anchored at 1 (plain decoding): red slower, blue faster
     sns.heatmap(pivot, cmap="RdBu", center=1.0, vmin=0.0, vmax=2.0, ax=ax,
+                xticklabels=max(1, len(pivot.columns) // 12),  # at most about a dozen budgets labelled
                 cbar_kws={"label": "predicted\nspeedup (x)", "extend": "max"})
     top = fit.loc[fit.predicted_speedup.idxmax()]  # the best tree of the draft's (beside the copy budgets)
     col, row = list(pivot.columns).index(top.budget), list(pivot.index).index(top.depth)
     ax.add_patch(Rectangle((col, row), 1, 1, fill=False, ec="black", lw=2,
                            ls="-" if top.predicted_speedup > 1 else ":"))
-    ax.annotate(f"best {top.predicted_speedup:.2f}x", (col + 0.5, row), xytext=(0, 4), textcoords="offset points",
-                ha="center", va="bottom", fontsize=MIN_PT)
     ax.set_xlabel("node budget (draft tokens per step)")
     ax.set_ylabel("depth")
-    ax.set_title(title + ("" if best.predicted_speedup > 1 else " (no tree beats plain decoding)"))
+    verdict = "" if best.predicted_speedup > 1 else ": no tree beats plain decoding"
+    ax.set_title(f"{title}\nbest (outlined) {top.predicted_speedup:.2f}x at {int(top.budget)} nodes, depth "
+                 f"{int(top.depth)}{verdict}")
     fig.tight_layout()
     return fig
 
@@ -270,14 +273,20 @@ def learning_curves(taus: pd.DataFrame, fits: pd.DataFrame | None = None, *, tit
     return fig
 
 
+MIN_CONDITIONING = 30  # steps a per-depth acceptance rate must rest on to be drawn
+
+
 def depth_acceptance_plot(depths: pd.DataFrame, *, title: str = ""):
     """Decode-time acceptance per depth of the tree, one line per draft (`depths`: from
     `clover2.measure.acceptance.depth_acceptance`): left, the rate at depth d among the steps that
-    accepted d - 1 draft tokens; right, the share of all steps reaching depth d (tau - 1 is their sum)."""
+    accepted d - 1 draft tokens, where at least `MIN_CONDITIONING` did; right, the share of all
+    steps reaching depth d (tau - 1 is their sum)."""
     fig, axes = plt.subplots(1, 2, figsize=(COLUMN_IN, 3.2))
-    for ax, value, label in ((axes[0], "rate", "accepted at depth d,\ngiven depth d - 1"),
-                             (axes[1], "reached", "steps reaching depth d")):
-        sns.lineplot(data=depths, x="depth", y=value, hue="draft", style="draft", markers=True, dashes=False,
+    counted = depths[depths.steps >= MIN_CONDITIONING]  # a rate over a handful of steps is noise
+    for ax, data, value, label in ((axes[0], counted, "rate", f"accepted at depth d, given d - 1\n"
+                                    f"(where {MIN_CONDITIONING}+ steps reached d - 1)"),
+                                   (axes[1], depths, "reached", "steps reaching depth d")):
+        sns.lineplot(data=data, x="depth", y=value, hue="draft", style="draft", markers=True, dashes=False,
                      ax=ax, legend=ax is axes[1])
         ax.set_xlabel("depth d (draft tokens)")
         ax.set_ylabel(label)
