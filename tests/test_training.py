@@ -161,6 +161,24 @@ def test_draft_for_another_target_is_refused(target, data, tmp_path):
     assert load_draft(tmp_path / "d", target).config.num_heads == 2
 
 
+def test_a_draft_serves_its_target_loaded_in_bf16(target, data, tmp_path):
+    """The same weights in another precision are the same target: a draft trained on the float32
+    model loads onto it in bf16 (what `--dtype auto` gives on a CPU with native bf16) and decodes
+    exactly as plain decoding does there."""
+    import copy
+
+    from clover2.decoding.target import Target
+
+    train(target, data, tmp_path / "d", DraftConfig(num_heads=2), replace(CFG, max_steps=2, eval_every=2))
+    bf16 = Target(model=copy.deepcopy(target.model).to(torch.bfloat16), tokenizer=target.tokenizer, name=target.name)
+    assert bf16.fingerprint() != target.fingerprint() and bf16.fingerprint(torch.bfloat16) == target.fingerprint(
+        torch.bfloat16)
+    draft = load_draft(tmp_path / "d", bf16)
+    prompt, config = [3, 9, 4, 17, 3, 9, 4], DecodeConfig(max_new_tokens=12)
+    assert generate(bf16, ModelDrafter(draft, EAGLE_25), prompt, config).output_ids == \
+        generate(bf16, NoDrafter(), prompt, config).output_ids
+
+
 def test_int8_draft_weights_change_the_speed_not_the_output(target, data, tmp_path):
     train(target, data, tmp_path / "d", DraftConfig(num_heads=3), replace(CFG, max_steps=2, eval_every=2))
     int8 = load_draft(tmp_path / "d", target, weights="int8")

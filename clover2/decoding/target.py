@@ -154,12 +154,15 @@ class Target:
         cfg = self.config.get_text_config()
         return {"name": self.name, "model_type": cfg.model_type, "vocab_size": cfg.vocab_size,
                 "hidden_size": cfg.hidden_size, "num_hidden_layers": cfg.num_hidden_layers,
-                "fingerprint": self.fingerprint()}
+                "fingerprint": self.fingerprint(), "fingerprint_bf16": self.fingerprint(torch.bfloat16)}
 
-    def fingerprint(self) -> str:
-        """A short hash of the output head's weights: different weights, different fingerprint."""
+    def fingerprint(self, precision: torch.dtype | None = None) -> str:
+        """A short hash of the output head's weights: different weights, different fingerprint. With
+        `precision`, of the weights rounded to it: the same model loaded in float32 or in that dtype
+        gives the same one (a draft trained on one serves the other)."""
         w = self.model.get_output_embeddings().weight.detach()
-        probe = w[:: max(1, w.shape[0] // 997)].float().cpu().numpy().tobytes()
+        w = w[:: max(1, w.shape[0] // 997)]
+        probe = (w.to(precision) if precision is not None else w).float().cpu().numpy().tobytes()
         return hashlib.sha256(probe).hexdigest()[:16]
 
     def causal_mask(self, n: int) -> torch.Tensor:

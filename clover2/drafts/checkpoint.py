@@ -69,8 +69,10 @@ def load_draft(path: str | Path, target: Target, *, weights: str = "float") -> D
     if not (path / WEIGHTS).exists() or sha256_file(path / WEIGHTS) != meta.get("weights_sha256"):
         raise Clover2Error(f"{path / WEIGHTS} is missing, partial or corrupt (its SHA-256 does not match {SIDECAR})")
     want, have = meta["target"], target.identity()
-    diffs = [k for k in ("model_type", "vocab_size", "hidden_size", "num_hidden_layers", "fingerprint")
-             if want.get(k) != have.get(k)]
+    same_model = want.get("fingerprint") == have["fingerprint"] or \
+        want.get("fingerprint_bf16") == have["fingerprint_bf16"]  # the same weights, loaded in another precision
+    diffs = [k for k in ("model_type", "vocab_size", "hidden_size", "num_hidden_layers") if want.get(k) != have.get(k)]
+    diffs += [] if same_model else ["fingerprint"]
     if diffs:
         raise Clover2Error(f"draft {path} was trained for target {want['name']!r}, not {have['name']!r} "
                            f"(they differ in {', '.join(diffs)})")

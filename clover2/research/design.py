@@ -431,6 +431,7 @@ class Experiment:
                 save_file(weights, tmp / WEIGHTS)
                 meta = json.loads((source / SIDECAR).read_text())
                 meta |= {"weights_sha256": sha256_file(tmp / WEIGHTS), "weights_dtype": "bfloat16", "run": run.name,
+                         "target": self.study.target.identity(),
                          "record": json.loads(records.loc[run.name].to_json())}
                 write_json(tmp / SIDECAR, meta)
                 target = self.study.target
