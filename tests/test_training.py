@@ -123,6 +123,30 @@ def test_interrupted_training_resumes_to_the_same_weights(target, data, tmp_path
         torch.testing.assert_close(a[key], b[key], atol=0, rtol=0)
 
 
+def test_checkpoints_between_evaluations_change_nothing_and_resume_exactly(target, data, tmp_path, monkeypatch):
+    """`checkpoint_every` saves the state between evaluations: the weights are those of a run without
+    it, and a run killed right after such a checkpoint resumes from it to the same weights."""
+    dc, cfg = DraftConfig(num_heads=3, draft_vocab=48), replace(CFG, max_steps=12, eval_every=12, checkpoint_every=5)
+    train(target, data, tmp_path / "plain", dc, replace(cfg, checkpoint_every=0))
+    real_save = train_mod._save_state
+    saved = []
+
+    def save_then_die(path, model, opt, sched, state, *args):
+        real_save(path, model, opt, sched, state, *args)
+        saved.append(state["step"])
+        if state["step"] == 5:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(train_mod, "_save_state", save_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        train(target, data, tmp_path / "cut", dc, cfg)
+    train(target, data, tmp_path / "cut", dc, cfg)
+    assert saved == [5, 10, 12]  # the checkpoints between evaluations, then the evaluation's
+    a, b = load_file(tmp_path / "plain" / "draft.safetensors"), load_file(tmp_path / "cut" / "draft.safetensors")
+    for key in a:
+        torch.testing.assert_close(a[key], b[key], atol=0, rtol=0)
+
+
 def test_resuming_with_other_settings_is_refused(target, data, tmp_path):
     train(target, data, tmp_path / "x", DraftConfig(num_heads=3), replace(CFG, max_steps=3))
     with pytest.raises(Clover2Error, match="other settings"):

@@ -56,6 +56,7 @@ class TrainConfig:
     max_minutes: float = 0.0  # stop after this much training time (0: no time limit)
     epochs: int = 21  # official epoch count; the step/time budget usually ends training first
     eval_every: int = 100  # steps between held-out evaluations (and checkpoints)
+    checkpoint_every: int = 0  # steps between further checkpoints, without an evaluation (0: none)
     eval_batches: int = 0  # held-out batches per evaluation (0: the whole held-out set)
     held_out: float = 0.05  # share of sequences held out
     # bf16 autocast: True, False, or "auto": both timed on the first batch and the faster kept (on
@@ -91,8 +92,9 @@ class TrainConfig:
     seed: int = 0
 
     def __post_init__(self):
-        if self.lr <= 0 or self.batch_size < 1 or self.max_len < 8 or self.eval_every < 1:
-            raise Clover2Error(f"train config: need lr > 0, batch_size >= 1, max_len >= 8, eval_every >= 1: {self}")
+        if self.lr <= 0 or self.batch_size < 1 or self.max_len < 8 or self.eval_every < 1 or self.checkpoint_every < 0:
+            raise Clover2Error(f"train config: need lr > 0, batch_size >= 1, max_len >= 8, eval_every >= 1, "
+                               f"checkpoint_every >= 0: {self}")
         if min(self.max_steps, self.max_minutes, self.epochs) < 0:
             raise Clover2Error(f"train config: max_steps, max_minutes and epochs must be >= 0: {self}")
         if not self.max_steps and not self.max_minutes and self.epochs < 1:
@@ -128,7 +130,8 @@ class TrainConfig:
         """Whether a run with `other` (of `other_total` steps) trains exactly as this one (of `total`)
         for its first `step` steps: every setting but the budget and what is saved on the way agrees,
         and so do the two learning-rate schedules (a warmup-stable-decay run, say, before either decays)."""
-        free = {"max_steps": 0, "max_minutes": 0.0, "snapshots": (), "states": (), "eval_every": 1, "keep_best": False}
+        free = {"max_steps": 0, "max_minutes": 0.0, "snapshots": (), "states": (), "eval_every": 1, "keep_best": False,
+                "checkpoint_every": 0}
         return replace(self, **free) == replace(other, **free) and all(
             math.isclose(self.lr_factor(s, total), other.lr_factor(s, other_total)) for s in range(step))
 
@@ -287,6 +290,8 @@ def train(target: Target, data_dir: Path | Sequence[Path], out: Path, draft_conf
                                    extra=provenance | {"train_state": state, "eval": ev})
                     _save_state(ckpt / "state.pt", model, opt, sched, state, draft_config, config, best, total)
                 metrics = ev
+            elif rank == 0 and config.checkpoint_every and state["step"] % config.checkpoint_every == 0:
+                _save_state(ckpt / "state.pt", model, opt, sched, state, draft_config, config, best, total)
             if rank == 0 and state["step"] in config.states:
                 _save_state(out / "states" / f"step_{state['step']:06d}.pt", model, opt, sched, state, draft_config,
                             config, {"loss": math.inf}, total)
