@@ -100,13 +100,6 @@ def draft_step_costs(runs: pd.DataFrame, temperature: float = 0.0) -> pd.DataFra
     return pd.DataFrame(rows, columns=["method", "draft ms / step", "over a plain step"]).set_index("method").round(3)
 
 
-def per_task(table: pd.DataFrame, value: str = "tau") -> pd.DataFrame:
-    """`value` per method (rows) and task (short column names)."""
-    wide = _labelled(table).pivot_table(index="label", columns="task", values=value, sort=False)
-    wide = wide[[t for t in TASK_LABELS if t in wide.columns]].rename(columns=TASK_LABELS)
-    return wide.rename_axis(index="method", columns=None).round(2)
-
-
 def _interval(row) -> str:
     return f"{row.speedup:.2f}x [{row.speedup_lo:.2f}, {row.speedup_hi:.2f}]"
 
