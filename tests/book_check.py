@@ -15,7 +15,7 @@ page of the table of contents at a laptop's width and the check fails on
 - a front page whose scale and verdict (the `verdict` admonition) do not end within the first
   1366x900 screen;
 - one quantity with two values: a method's speed over plain decoding (a table cell "1.19x [1.08,
-  1.33]" in a column about speed) that differs between two pages;
+  1.33]" or "1.19 [1.08, 1.33]" in a column about speed) that differs between two pages;
 - raw pandas output: a DataFrame's own HTML, a truncated one ("80 rows x 6 columns") or NaN cells
   (notebooks show tables through `clover2.research.tables`);
 - a figure an executed notebook references that is missing or empty (checked without a browser).
@@ -79,8 +79,8 @@ PROBE = """<script>window.addEventListener('load', () => {
     t.querySelectorAll('tbody tr').forEach(r => {
       const cells = Array.from(r.querySelectorAll('td, th')).map(c => c.innerText.trim());
       cells.forEach((c, i) => {
-        if (i > 0 && /^\\d+\\.\\d+x \\[/.test(c) && /speed/.test(heads[i] || ''))
-          found.speeds.push([cells[0], c.split(' ').slice(0, 3).join(' ')]);
+        if (i > 0 && /^\\d+\\.\\d+x? \\[/.test(c) && /speed/.test(heads[i] || ''))
+          found.speeds.push([cells[0], c.replace('x [', ' [').split(' ').slice(0, 3).join(' ')]);
       });
     });
   });
@@ -215,6 +215,8 @@ def main() -> int:
             unrecorded = sum(figure_text_pt(HTML / n, src, w) is None for src, w in found["figures"])
             print(f"book check: {n}: {found['height'] / SCREEN_HEIGHT:.1f} screens, {found['images']} images "
                   f"({unrecorded} without a text-size record), {found['tables']} tables, {found['text']} characters")
+        shared = sum(len({page for pages in values.values() for page in pages}) > 1 for values in speeds.values())
+        print(f"book check: {shared} methods' speeds quoted on more than one page, compared")
         for method, values in speeds.items():
             if len(values) > 1:
                 given = ", ".join(f"{v} ({p[0]})" for v, p in values.items())

@@ -25,6 +25,7 @@ import pandas as pd
 from clover2.files import write_text
 from clover2.measure.bench import geometric_mean
 from clover2.research import paper
+from clover2.research.report import draft_ms_per_step
 
 STATUSES = ("reproduced", "equivalent within the margin", "not reproduced", "inconclusive", "not testable here",
             "not decided yet")
@@ -132,8 +133,8 @@ def cpu_claims(results: Path) -> list[Claim]:
                      f"{identical:.1%} of {len(decoded)} decodings token-identical to plain decoding; sampling "
                      "tested against the exact distribution ({doc}`validation`)",
                      "reproduced" if identical == 1 else "not reproduced", page))
-    t0 = runs[(runs.temperature == 0) & (runs.repeat == 0)].set_index("prompt")
-    ms = {m: 1000 * (g.draft_share * g.decode_s / g.steps) for m, g in t0.groupby("method")}
+    t0 = runs[(runs.temperature == 0) & (runs.repeat == 0)]
+    ms = {m: draft_ms_per_step(g) for m, g in t0.groupby("method")}  # as the speedup page's cost table
     c, e = ms["clover2@eagle25"], ms["eagle1@eagle25"]
     ratio, lo, hi = geometric_mean((c / e.reindex(c.index)).to_numpy(), _picks(len(c)))
     out.append(Claim("Clover-2's draft step costs less than EAGLE-1's", "(the design: its layers run once a step)",

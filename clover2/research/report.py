@@ -80,6 +80,12 @@ def tree_pays(fits: dict[str, pd.DataFrame]) -> pd.DataFrame:
     return pd.concat(rows, ignore_index=True)
 
 
+def draft_ms_per_step(runs: pd.DataFrame) -> pd.Series:
+    """Per run of runs.csv (indexed by prompt), the milliseconds its draft took per decoding step: its
+    share of the wall time spent drafting, times the wall time, over its steps."""
+    return (1e3 * runs.draft_share * runs.seconds / runs.steps).set_axis(runs.prompt)
+
+
 def draft_step_costs(runs: pd.DataFrame, temperature: float = 0.0) -> pd.DataFrame:
     """The draft's time per decoding step of every method that drafts with a trained model alone,
     from the benchmark's own timings (runs.csv: each run's seconds, steps and share of time spent
@@ -94,9 +100,9 @@ def draft_step_costs(runs: pd.DataFrame, temperature: float = 0.0) -> pd.DataFra
     for method, g in runs.groupby("method", sort=False):
         if method.split("@")[0] not in ARCHITECTURES or g.draft_share.median() < 1e-3:
             continue
-        per_step = (g.draft_share * g.seconds / g.steps).set_axis(g.prompt)
-        rows.append({"method": method, "draft ms / step": 1e3 * per_step.median(),
-                     "over a plain step": (per_step / plain.reindex(per_step.index)).median()})
+        per_step = draft_ms_per_step(g)
+        rows.append({"method": method, "draft ms / step": per_step.median(),
+                     "over a plain step": (per_step / 1e3 / plain.reindex(per_step.index)).median()})
     return pd.DataFrame(rows, columns=["method", "draft ms / step", "over a plain step"]).set_index("method").round(3)
 
 
