@@ -469,3 +469,14 @@ def test_data_share_trains_on_a_fixed_subset_the_same_for_every_seed(target, dat
     assert subsets[0] == subsets[1] and len(subsets[0]) == round(len(train_idx) / 2)
     with pytest.raises(Clover2Error, match="data_share"):
         replace(CFG, data_share=0.0)
+
+
+def test_a_targets_identity_keeps_its_fields(target):
+    """Prepared data, benchmark caches and the designed study's folders are keyed by the target's
+    identity: a field added to it would move every one of them (a draft's sidecar records more, by
+    `target_record`)."""
+    from clover2.drafts.checkpoint import target_record
+
+    assert set(target.identity()) == {"name", "model_type", "vocab_size", "hidden_size", "num_hidden_layers",
+                                      "fingerprint"}
+    assert target_record(target) == target.identity() | {"fingerprint_bf16": target.fingerprint(torch.bfloat16)}

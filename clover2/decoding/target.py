@@ -154,7 +154,7 @@ class Target:
         cfg = self.config.get_text_config()
         return {"name": self.name, "model_type": cfg.model_type, "vocab_size": cfg.vocab_size,
                 "hidden_size": cfg.hidden_size, "num_hidden_layers": cfg.num_hidden_layers,
-                "fingerprint": self.fingerprint(), "fingerprint_bf16": self.fingerprint(torch.bfloat16)}
+                "fingerprint": self.fingerprint()}
 
     def fingerprint(self, precision: torch.dtype | None = None) -> str:
         """A short hash of the output head's weights: different weights, different fingerprint. With

@@ -35,9 +35,15 @@ def save_draft(out: Path, model: DraftModel, target: Target, config: DraftConfig
         save_file({k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()
                    if not k.startswith(BORROWED)}, tmp)
     write_json(out / SIDECAR, {"format": "clover2-draft/1", "draft_config": asdict(config),
-                               "target": target.identity(), "draft_vocab_size": len(model.d2t),
+                               "target": target_record(target), "draft_vocab_size": len(model.d2t),
                                "weights_sha256": sha256_file(out / WEIGHTS), **extra})
     return out
+
+
+def target_record(target: Target) -> dict:
+    """What a draft's sidecar records of its target: its identity, and the fingerprint of its head
+    rounded to bf16, which the same weights loaded in bf16 share (a draft serves either)."""
+    return target.identity() | {"fingerprint_bf16": target.fingerprint(torch.bfloat16)}
 
 
 DRAFT_WEIGHTS = ("auto", "float", "int8")
@@ -69,8 +75,8 @@ def load_draft(path: str | Path, target: Target, *, weights: str = "float") -> D
     if not (path / WEIGHTS).exists() or sha256_file(path / WEIGHTS) != meta.get("weights_sha256"):
         raise Clover2Error(f"{path / WEIGHTS} is missing, partial or corrupt (its SHA-256 does not match {SIDECAR})")
     want, have = meta["target"], target.identity()
-    same_model = want.get("fingerprint") == have["fingerprint"] or \
-        want.get("fingerprint_bf16") == have["fingerprint_bf16"]  # the same weights, loaded in another precision
+    same_model = want.get("fingerprint") == have["fingerprint"] or (  # or the same weights in another precision
+        "fingerprint_bf16" in want and want["fingerprint_bf16"] == target.fingerprint(torch.bfloat16))
     diffs = [k for k in ("model_type", "vocab_size", "hidden_size", "num_hidden_layers") if want.get(k) != have.get(k)]
     diffs += [] if same_model else ["fingerprint"]
     if diffs:

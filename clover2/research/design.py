@@ -37,7 +37,7 @@ from safetensors.torch import load_file, save_file
 
 from clover2.decoding.decode import DecodeConfig
 from clover2.decoding.prompts import first_turn_ids
-from clover2.drafts.checkpoint import SIDECAR, WEIGHTS, load_draft, probe
+from clover2.drafts.checkpoint import SIDECAR, WEIGHTS, load_draft, probe, target_record
 from clover2.errors import Clover2Error
 from clover2.files import atomic_path, sha256_file, stable_hash, write_csv, write_json
 from clover2.measure.acceptance import layers_read, references, replayed_steps
@@ -431,7 +431,7 @@ class Experiment:
                 save_file(weights, tmp / WEIGHTS)
                 meta = json.loads((source / SIDECAR).read_text())
                 meta |= {"weights_sha256": sha256_file(tmp / WEIGHTS), "weights_dtype": "bfloat16", "run": run.name,
-                         "target": self.study.target.identity(),
+                         "target": target_record(self.study.target),
                          "record": json.loads(records.loc[run.name].to_json())}
                 write_json(tmp / SIDECAR, meta)
                 target = self.study.target
