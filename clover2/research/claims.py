@@ -65,7 +65,11 @@ def _study_status(verdict: str) -> str:
 
 
 def _read(path: Path) -> pd.DataFrame:
-    return pd.read_csv(path) if path.exists() else pd.DataFrame()
+    """A table, or an empty one where there is none yet (no file, or a file the report wrote empty)."""
+    try:
+        return pd.read_csv(path)
+    except (FileNotFoundError, pd.errors.EmptyDataError):
+        return pd.DataFrame()
 
 
 def study_claims(results: Path) -> list[Claim]:
