@@ -10,7 +10,7 @@ import pandas as pd
 from clover2.research.claims import claims, markdown, speeds
 
 RESULTS = Path(__file__).parents[1] / "results"
-TABLES = ["study/runs.csv", "cpu/bench/bench.csv", "cpu/bench/runs.csv", "cpu/bench/cost_curve.csv"]
+TABLES = ["study/runs.csv", "study/spread.csv", "cpu/bench/bench.csv", "cpu/bench/runs.csv", "cpu/bench/cost_curve.csv"]
 
 
 def _copy(tmp_path: Path) -> Path:

@@ -163,6 +163,10 @@ def cpu_claims(results: Path) -> list[Claim]:
     return out
 
 
+def _span(values: pd.Series) -> str:
+    return f"{values.min():.2f}" if values.min() == values.max() else f"{values.min():.2f}-{values.max():.2f}"
+
+
 def _picks(n: int, n_boot: int = 2000, seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, n, (n_boot, n))
 
@@ -174,6 +178,7 @@ def claims(results: Path) -> list[Claim]:
 def scale(results: Path) -> str:
     """The scale of this book's evidence beside the paper's, and where its answer could change."""
     runs, bench = _read(results / "study" / "runs.csv"), _read(results / "cpu" / "bench" / "bench.csv")
+    spread = _read(results / "study" / "spread.csv")
     main = runs[runs.budget == runs.budget.max()] if not runs.empty else runs
     tokens = int(main.tokens.iloc[0]) if not main.empty else 0
     drafts = bench[(bench.task == "overall") & (bench.temperature == 0) & bench.method.str.endswith("@eagle25")]
@@ -181,9 +186,14 @@ def scale(results: Path) -> str:
     budget = (f"the study's drafts see {tokens:,} answer tokens ({main.epochs.iloc[0]:.1f} epochs), about 1/"
               f"{paper.PAPER_ANSWER_TOKENS / tokens:,.0f} of the paper's {paper.PAPER_ANSWER_TOKENS / 1e9:.1f} "
               "billion" if tokens else "the study's drafts are still training")
+    cpu = f"{drafts.tau.min():.2f}-{drafts.tau.max():.2f}"
+    study = spread[(spread.budget == spread.budget.max()) & (spread.tree == "eagle25")] if not spread.empty else spread
+    accept = (f"{_span(study.tau)} tokens per step at the paper's 25-node tree in the study ({cpu} after the `cpu` "
+              "profile's 90 steps)" if not study.empty else f"{cpu} tokens per step at the paper's 25-node tree (the "
+              "`cpu` profile)")
     return (f"**The scale.** The target is SmolLM2-135M-Instruct (fp32) on two CPU cores, not the paper's 7-8B "
-            f"models on GPUs; {budget}. Trained drafts accept {drafts.tau.min():.2f}-{drafts.tau.max():.2f} "
-            f"tokens per step here (the `cpu` profile) against {theirs.min():.1f}-{theirs.max():.1f} in the paper. "
+            f"models on GPUs; {budget}. Trained drafts accept {accept}, against {theirs.min():.1f}-"
+            f"{theirs.max():.1f} in the paper. "
             "The ordering of the drafts is what this scale can test; it could change with a larger target, more "
             "training data, or a GPU, where verifying a tree of tokens costs about one plain step.")
 
