@@ -127,7 +127,7 @@ RESULTS = arg("--results", type=Path, help="results root (default: $CLOVER2_RESU
 def _profile(args):
     from clover2.profiles import load_profile
 
-    return load_profile(args.profile, settings=getattr(args, "settings", ()))
+    return load_profile(args.profile, settings=args.settings)
 
 
 def _load(args):

@@ -1,6 +1,6 @@
 """What every draft architecture computes, fingerprinted on the tiny targets: training outputs and
 gradients (noise on, a fixed seed) and the decode path's logits and states at depths 0-2. The file
-`tests/data/formulation.safetensors` holds them as the code computed them before training and
+`tests/data/formulation.json` holds them as the code computed them before training and
 decoding were written as one formulation (`clover2.drafts.base`); `test_drafts` checks the code
 still computes them. Regenerate only for an intended change of what a draft computes:
 
@@ -9,18 +9,34 @@ still computes them. Regenerate only for an intended change of what a draft comp
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import torch
 from conftest import FAMILIES, tiny_target
-from safetensors.torch import save_file
 
 from clover2.drafts import ARCHITECTURES, build_draft
 from clover2.drafts.base import TreeAttention
 from clover2.drafts.config import DraftConfig
 
-FILE = Path(__file__).parent / "data" / "formulation.safetensors"
+FILE = Path(__file__).parent / "data" / "formulation.json"
 IDS = [5, 17, 33, 2, 71, 8, 40, 40, 12, 90, 3, 64, 27, 55, 9, 81]  # 16 tokens of the tiny vocabulary
+
+
+def decode_path(model, h, ids, t, depth):
+    """Logits of the children at depths 0..depth along the data path x_{t+2}, x_{t+3}, ... through the
+    decode path (advance, root_logits, step with the draft's cache), and the states it fed back; `h`
+    and `ids` of one sequence `(1, n, ·)`, `(1, n)`."""
+    cache = model.new_cache()
+    root = model.advance(h[:, :t + 1], ids[:, 1:t + 2], cache)
+    committed = cache.get_seq_length()
+    logits, states = [model.root_logits(root)[0]], [root[0]]
+    for d in range(1, depth + 1):
+        attention = TreeAttention(committed, [list(range(committed, committed + d - 1))])
+        s, lg = model.step(states[-1][None], ids[0, t + 1 + d:t + 2 + d], d, cache=cache, attention=attention)
+        logits.append(lg[0])
+        states.append(s[0])
+    return logits, states
 
 
 def fingerprint(target, arch: str) -> dict[str, torch.Tensor]:
@@ -48,15 +64,21 @@ def fingerprint(target, arch: str) -> dict[str, torch.Tensor]:
                 for name, p in model.named_parameters() if p.grad is not None}
     model.eval()
     with torch.no_grad():
-        cache, t = model.new_cache(), 9
-        root = model.advance(h[:1, :t + 1], ids[:1, 1:t + 2], cache)
-        committed = cache.get_seq_length()
-        state, out["decode/logits0"] = root, model.root_logits(root)[0]
-        for d in (1, 2):
-            attention = TreeAttention(committed, [list(range(committed, committed + d - 1))])
-            state, logits = model.step(state, ids[0, t + 1 + d:t + 2 + d], d, cache=cache, attention=attention)
-            out[f"decode/logits{d}"], out[f"decode/state{d}"] = logits[0], state[0]
+        logits, states = decode_path(model, h[:1], ids[:1], 9, 2)
+    out |= {f"decode/logits{d}": x for d, x in enumerate(logits)}
+    out |= {f"decode/state{d}": x for d, x in enumerate(states) if d}
     return out
+
+
+def load() -> dict[str, torch.Tensor]:
+    """The fingerprints as the file holds them."""
+    return {k: torch.tensor(v["values"]).reshape(v["shape"]) for k, v in json.loads(FILE.read_text()).items()}
+
+
+def save(fingerprints: dict[str, torch.Tensor]) -> None:
+    FILE.parent.mkdir(exist_ok=True)
+    FILE.write_text(json.dumps({k: {"shape": list(v.shape), "values": [float(f"{x:.9g}") for x in v.flatten().tolist()]}
+                                for k, v in fingerprints.items()}, separators=(",", ":")) + "\n")
 
 
 def all_fingerprints() -> dict[str, torch.Tensor]:
@@ -65,5 +87,4 @@ def all_fingerprints() -> dict[str, torch.Tensor]:
 
 
 if __name__ == "__main__":
-    FILE.parent.mkdir(exist_ok=True)
-    save_file(all_fingerprints(), FILE)
+    save(all_fingerprints())

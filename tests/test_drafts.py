@@ -8,7 +8,6 @@ import formulation
 import pytest
 import torch
 from conftest import VOCAB, hf_greedy
-from safetensors.torch import load_file
 from test_decode_exact import PROMPTS
 
 from clover2.decoding.decode import DecodeConfig, generate
@@ -88,23 +87,6 @@ def test_regression_targets_live_where_the_lm_head_reads(tiny, arch):
     assert loss.item() == pytest.approx(0, abs=1e-6)
 
 
-def _inference_logits(model, h, ids, t, depth):
-    """Logits of the children at depths 0..depth along the data path x_{t+2}, x_{t+3}, ... through the
-    decode path (advance, root_logits, step with the draft's cache), and the states it fed back."""
-    from clover2.drafts.base import TreeAttention
-
-    cache = model.new_cache()
-    root = model.advance(h[:, :t + 1], ids[:, 1:t + 2], cache)
-    committed = cache.get_seq_length()
-    logits, states = [model.root_logits(root)[0]], [root[0]]
-    for d in range(1, depth + 1):
-        attention = TreeAttention(committed, [list(range(committed, committed + d - 1))])
-        s, lg = model.step(states[-1][None], ids[0, t + 1 + d:t + 2 + d], d, cache=cache, attention=attention)
-        logits.append(lg[0])
-        states.append(s[0])
-    return logits, states
-
-
 def _states(target, model, ids):
     """The target states `model` reads at every position of `ids` `(1, n)`."""
     n = ids.shape[1]
@@ -129,7 +111,7 @@ def test_training_logits_equal_decoding_logits(tiny, arch, steps):
         for p in model.parameters():  # move off the near-identity start, so that every part matters
             p.add_(0.02 * torch.randn_like(p))
         h = _states(tiny, model, ids)
-        decoded, states = _inference_logits(model, h, ids, t, depth)
+        decoded, states = formulation.decode_path(model, h, ids, t, depth)
         outs = model(h, ids.roll(-1, 1), steps=steps)
         if len(outs) == 1:
             x = torch.cat([model.features(h[:, :t + 1]), torch.stack(states[:-1])[None]], 1)
@@ -155,7 +137,7 @@ def test_every_draft_computes_what_it_computed_before_one_formulation():
     """Training outputs and gradients and the decode path of every architecture on the three
     families, against the fingerprints the code computed before training and decoding shared one
     formulation (`tests/formulation.py`): nothing a trained draft computes moved."""
-    expected = load_file(formulation.FILE)
+    expected = formulation.load()
     got = formulation.all_fingerprints()
     assert got.keys() == expected.keys()
     for key, value in expected.items():
