@@ -88,14 +88,14 @@ def _rivals(ax):
          "all heads once per step; no head sees the tokens chosen before it"),
     ]
     for r, (name, parts, note) in enumerate(rows):
-        y = 3.3 * (len(rows) - 1 - r) + 0.5
-        ax.text(0.15, y + 2.25, name, fontsize=MIN_PT + 1.5, weight="bold")
+        y = 2.4 * (len(rows) - 1 - r) + 0.4
+        ax.text(0.15, y + 2.0, name, fontsize=MIN_PT + 1.5, weight="bold")
         for k, part in enumerate(parts):
             color = FROZEN if part.startswith("LM head") else DATA if part.startswith("$f_t$") else TRAINED
-            _box(ax, 1.6 + 3.1 * k, y + 1.25, part, color, w=2.8, h=1.1)
+            _box(ax, 1.6 + 3.1 * k, y + 1.15, part, color, w=2.8, h=1.1)
             if k:
-                _arrow(ax, (3.1 * k + 0.02, y + 1.25), (3.1 * k + 0.28, y + 1.25))
-        ax.text(0.2, y + 0.25, note, fontsize=MIN_PT, color="#404040", va="center")
+                _arrow(ax, (3.1 * k + 0.02, y + 1.15), (3.1 * k + 0.28, y + 1.15))
+        ax.text(0.2, y + 0.3, note, fontsize=MIN_PT, color="#404040", va="center")
 
 
 def _legend(fig):
@@ -108,7 +108,7 @@ def _legend(fig):
 def draft_architectures() -> dict[str, plt.Figure]:
     """{"clover2": Clover-2 in detail, "rivals": EAGLE-1, EAGLE-3, Clover-1 and Medusa-1}."""
     figures = {}
-    for name, draw, (w, h), height in (("clover2", _clover2, (7.6, 10.0), 8.6), ("rivals", _rivals, (9.3, 13.4), 8.2)):
+    for name, draw, (w, h), height in (("clover2", _clover2, (7.6, 10.0), 8.6), ("rivals", _rivals, (9.3, 10.2), 6.3)):
         fig, ax = plt.subplots(figsize=(FIGURE_IN, height))
         ax.set_xlim(0, w)
         ax.set_ylim(0, h)
