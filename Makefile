@@ -56,7 +56,7 @@ study: target
 book: install
 	rm -rf _build/html
 	$(BIN)/python -m clover2.research.diagram book/figures
-	$(BIN)/python -m clover2.research.artifacts results book/provenance.md
+	$(BIN)/python -m clover2.research.artifacts results book/records.md
 	$(BIN)/python -m clover2.research.claims results book
 	$(BIN)/jupyter-book build -W -n --keep-going .
 	@echo "book: _build/html/index.html"

@@ -8,7 +8,7 @@ drafts' weight hashes). This collects them into one table, a row per folder that
 reader can see at a glance which results share a commit, which ran on a tree with uncommitted
 changes (`-dirty`), and on which machine.
 
-    python -m clover2.research.artifacts results book/provenance.md
+    python -m clover2.research.artifacts results book/records.md
 """
 
 from __future__ import annotations
@@ -52,23 +52,20 @@ def artifacts(results: str | Path) -> pd.DataFrame:
 
 
 def page(results: str | Path) -> str:
-    """The provenance table as a book page."""
+    """The provenance table as a section of the book's hardware page (book/records.md, included there)."""
     table = artifacts(results)
     dirty = table.commit.str.endswith("-dirty").sum()
-    lines = ["# Provenance of every result", "",
-             "Every executed notebook and every benchmark folder under `results/`, with the commit of the code that "
-             "produced it (`-dirty`: with uncommitted changes to the code), the machine and the day. A profile's "
-             "notebooks need not all come from one run (a page can be re-rendered from its tables alone), and a "
-             "benchmark folder beside them may come from another run; its own page says which command made it. Written "
-             "by `python -m clover2.research.artifacts results book/provenance.md` (part of `make book`).", "",
-             f"{len(table)} records, {table.commit.nunique()} commits, {dirty} from a tree with uncommitted "
-             "changes.", ""]
-    for what, rows in table.groupby("what", sort=False):
-        lines += [f"## {what.capitalize()}s", "", "| folder | commit | machine | date |", "|---|---|---|---|"]
-        lines += [f"| `{r.folder}` | `{r.commit}` | {r.machine} | {r.date} |" for r in rows.itertuples()] + [""]
+    lines = ["## Which commit and machine made each result", "",
+             "Every executed notebook and benchmark folder under `results/` (`-dirty`: made with uncommitted changes "
+             "to the code). A page can be re-rendered from its tables alone, so a profile's notebooks need not come "
+             "from one run. Written by `python -m clover2.research.artifacts results book/records.md` (part of "
+             f"`make book`): {len(table)} records, {table.commit.nunique()} commits, {dirty} from a tree with "
+             "uncommitted changes.", "",
+             "| folder | commit | machine | date |", "|---|---|---|---|"]
+    lines += [f"| `{r.folder}` | `{r.commit}` | {r.machine} | {r.date} |" for r in table.itertuples()] + [""]
     return "\n".join(lines)
 
 
 if __name__ == "__main__":
-    write_text(Path(sys.argv[2] if len(sys.argv) > 2 else "book/provenance.md"),
+    write_text(Path(sys.argv[2] if len(sys.argv) > 2 else "book/records.md"),
                page(sys.argv[1] if len(sys.argv) > 1 else "results"))

@@ -214,39 +214,6 @@ def cost_curve_plot(curve: pd.DataFrame, *, title: str = ""):
     return fig
 
 
-def fit_heatmap(fit: pd.DataFrame, *, title: str = ""):
-    """Predicted speedup of the dynamic tree per node budget and depth (from the fitted model),
-    on one scale anchored at 1 for every draft (red: slower than plain decoding, blue: faster); the
-    best cell is outlined (dotted where even it is slower than plain decoding) and its value given
-    in the title.
-    Empty cells are budgets a tree of that depth cannot reach with its top-k. For a union's fit
-    (columns `<source>_budget`), the draft's trees beside the copy budgets of the best cell."""
-    from matplotlib.patches import Rectangle
-
-    best = fit.loc[fit.predicted_speedup.idxmax()]
-    for column in [c for c in fit.columns if c.endswith("_budget")]:
-        fit = fit[fit[column] == best[column]]
-        title += f", {column.removesuffix('_budget')} {int(best[column])} nodes"
-    fit = fit[fit.budget > 0]
-    pivot = fit.pivot_table(index="depth", columns="budget", values="predicted_speedup")
-    fig, ax = plt.subplots(figsize=(COLUMN_IN, 2.9))
-    # one scale for every draft and machine, anchored at 1 (plain decoding): red slower, blue faster
-    sns.heatmap(pivot, cmap="RdBu", center=1.0, vmin=0.0, vmax=2.0, ax=ax,
-                xticklabels=max(1, len(pivot.columns) // 12),  # at most about a dozen budgets labelled
-                cbar_kws={"label": "predicted\nspeedup (x)", "extend": "max"})
-    top = fit.loc[fit.predicted_speedup.idxmax()]  # the best tree of the draft's (beside the copy budgets)
-    col, row = list(pivot.columns).index(top.budget), list(pivot.index).index(top.depth)
-    ax.add_patch(Rectangle((col, row), 1, 1, fill=False, ec="black", lw=2,
-                           ls="-" if top.predicted_speedup > 1 else ":"))
-    ax.set_xlabel("node budget (draft tokens per step)")
-    ax.set_ylabel("depth")
-    verdict = "" if best.predicted_speedup > 1 else ": no tree beats plain decoding"
-    ax.set_title(f"{title}\nbest (outlined) {top.predicted_speedup:.2f}x at {int(top.budget)} nodes, depth "
-                 f"{int(top.depth)}{verdict}")
-    fig.tight_layout()
-    return fig
-
-
 def learning_curves(taus: pd.DataFrame, fits: pd.DataFrame | None = None, *, title: str = ""):
     """Greedy tau at each snapshot of each draft's long run, against answer tokens seen (left) and
     training seconds (right), both on log axes; with `fits` (from `curves.extrapolate`), each
