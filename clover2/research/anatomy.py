@@ -75,9 +75,10 @@ def draw_tree(trace: dict, ax=None):
         ax.plot([depth[parents[i]], depth[i]], [y[parents[i]], y[i]], color="0.6", lw=1, zorder=1)
     for i in range(len(parents)):
         ok = i in trace["accepted"]
-        ax.scatter(depth[i], y[i], s=220, color="tab:green" if ok else "white", edgecolor="black", zorder=2)
-        ax.annotate(repr(labels[i]).strip("'") if i else "root", (depth[i], y[i]), xytext=(8, 0),
-                    textcoords="offset points", va="center", fontsize=9)
+        ax.scatter(depth[i], y[i], s=110, color="tab:green" if ok else "white", edgecolor="black", zorder=2)
+        ax.annotate(repr(labels[i]).strip("'") if i else "root", (depth[i], y[i]), xytext=(7, 0), zorder=3,
+                    textcoords="offset points", va="center", fontsize=9,
+                    bbox=dict(boxstyle="square,pad=0.05", fc="white", ec="none", alpha=0.85))  # over the edges
     ax.set_xlabel("depth (tokens ahead of the root)")
     ax.set_yticks([])
     ax.set_title(f"step {trace.get('step', '?')}: {len(trace['accepted']) - 1} draft tokens accepted (green), "

@@ -82,7 +82,7 @@ def study_claims(results: Path, design: DesignConfig | None = None) -> list[Clai
     ref = design.reference
     study = results / "study"
     runs, verdicts = _read(study / "runs.csv"), _read(study / "verdicts.csv")
-    progress = f"the designed study has not finished it ({len(runs)} runs trained so far)"
+    progress = f"in progress ({len(runs)} runs trained)"
     page = "../results/study/README"
     taus = paper.clover2_over_eagle1(paper.tau().assign(source=lambda d: d.target))
     speeds = paper.throughput().pivot_table(index=["temperature", "target", "task"], columns="method",

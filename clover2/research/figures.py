@@ -266,21 +266,6 @@ def depth_acceptance_plot(depths: pd.DataFrame, *, title: str = ""):
     return fig
 
 
-def accept_length_plot(hist: pd.DataFrame, *, title: str = ""):
-    """How many tokens each decoding step committed, per draft (`hist`: from
-    `clover2.measure.acceptance.accept_histogram`): the share of steps at each length, 1 meaning no
-    draft token accepted (the bonus token alone)."""
-    fig, ax = plt.subplots(figsize=(7, 3.2))
-    sns.barplot(data=hist, x="length", y="share", hue="draft", ax=ax)
-    ax.set_xlabel("tokens committed in one step (bonus included)")
-    ax.set_ylabel("share of steps")
-    sns.move_legend(ax, "upper right", title=None, fontsize=MIN_PT)
-    if title:
-        ax.set_title(title, fontsize=10)
-    fig.tight_layout()
-    return fig
-
-
 def tree_pays_plot(trees: pd.DataFrame, *, title: str = ""):
     """Achieved against required tau per tree size, one colour per draft (`trees`: from
     `clover2.research.report.tree_pays`). Solid: the tau the calibration measured with the best

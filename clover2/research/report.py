@@ -284,13 +284,37 @@ def distillation_findings(final: pd.DataFrame, eval_tokens: int | None = None) -
     return "\n".join(lines)
 
 
+def ablation_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """One row per variant: head-0 held-out accuracy, tau with its interval over prompts, and the
+    paired interval of its tau minus Clover-2's (`summary`: the ablation notebook's summary.csv)."""
+    s = summary.set_index("variant")
+    return pd.DataFrame({
+        "held-out top-1": s.top1.round(3), "held-out top-5": s.top5.round(3),
+        "tau [95% interval]": [f"{r.tau:.2f} [{r.tau_lo:.2f}, {r.tau_hi:.2f}]" for r in s.itertuples()],
+        "tau minus Clover-2, 95% interval": ["–" if v == "clover2" else f"[{r.delta_lo:+.3f}, {r.delta_hi:+.3f}]"
+                                             for v, r in zip(s.index, s.itertuples())]},
+        index=s.index)
+
+
+def coverage_table(coverage: pd.DataFrame) -> pd.DataFrame:
+    """Per task, the share of the target's answer tokens inside the draft vocabulary; drafts with
+    the same vocabulary (identical shares) share one row."""
+    wide = (coverage.assign(task=coverage.task.map(TASK_LABELS))
+            .pivot_table(index="draft", columns="task", values="coverage", sort=False).rename_axis(columns=None))
+    groups = wide.round(6).groupby(list(wide.columns), sort=False).groups
+    names = ["every draft" if len(g) == len(wide) else ", ".join(g) for g in groups.values()]
+    return pd.DataFrame([wide.loc[list(g)[0]] for g in groups.values()], index=pd.Index(names, name="drafts")).round(3)
+
+
 def ablation_findings(summary: pd.DataFrame, n_prompts: int) -> str:
     """The ablation page's conclusions: each variant's tau against Clover-2's, with the sample size,
     and, where the table has them, the paired bootstrap intervals of the differences."""
     s = summary.set_index("variant")
     paired = {"delta_lo", "delta_hi"} <= set(s.columns)
     lines = [f"- **Sample**: {n_prompts} prompts in all; "
-             + ("a difference counts only where its paired 95% interval excludes 0." if paired else
+             + ("a difference is beyond prompt noise where its paired 95% interval over prompts excludes 0. The "
+                "interval covers prompts, not training seeds, and is not corrected for the number of comparisons: "
+                "a direction, not a verdict (the designed study decides the comparisons of drafts)." if paired else
                 "a tau difference of a few hundredths is within what so few prompts can separate, so read "
                 "directions, not margins.")]
     if "clover2" in s.index:
@@ -301,8 +325,8 @@ def ablation_findings(summary: pd.DataFrame, n_prompts: int) -> str:
                 return ", ".join(f"`{v}` ({s.loc[v].tau:.2f})" for v in others if keep(s.loc[v])) or "none"
             lines.append(f"- Clover-2 reaches tau {base:.2f} [{s.loc['clover2'].tau_lo:.2f}, "
                          f"{s.loc['clover2'].tau_hi:.2f}]. "
-                         f"Below it beyond noise: {group(lambda r: r.delta_hi < 0)}. Above it beyond noise: "
-                         f"{group(lambda r: r.delta_lo > 0)}. Within noise: "
+                         f"Below it beyond prompt noise: {group(lambda r: r.delta_hi < 0)}. "
+                         f"Above it beyond prompt noise: {group(lambda r: r.delta_lo > 0)}. Within prompt noise: "
                          f"{group(lambda r: r.delta_lo <= 0 <= r.delta_hi)}.")
         else:
             variants = [v for v in others if v.startswith("clover2-")]
@@ -325,16 +349,16 @@ def ablation_findings(summary: pd.DataFrame, n_prompts: int) -> str:
 
 
 def paper_findings(ratio: pd.DataFrame, ours: str) -> str:
-    """Clover-2 / EAGLE-1 tau per task, this run (`ours`: its source label) against the paper's."""
+    """Clover-2 / EAGLE-1 tau per task, the paper's sources and this run (`ours`: its source label). A
+    profile's run draws no verdict on the ordering: one training seed and a few prompts a task cannot
+    carry a difference of a few percent; the designed study decides it (the book's front page)."""
     lines = []
     for source, part in ratio.groupby("source", sort=False):
         r = part.tau_ratio
         lines.append(f"- {source}: Clover-2 / EAGLE-1 tau {r.min():.2f}-{r.max():.2f} per task, at or above 1 on "
                      f"{int((r >= 0.9995).sum())} of {len(r)}.")
-    mine = ratio[ratio.source == ours]
-    if len(mine):
-        k = int((mine.tau_ratio >= 0.9995).sum())  # a tie to the paper's two decimals counts
-        verdict = "reproduces" if k == len(mine) else "does not reproduce"
-        lines.append(f"- So this run **{verdict}** the paper's ordering: Clover-2 is at or above EAGLE-1 on {k} of "
-                     f"{len(mine)} tasks here, on all six in the paper.")
+    if (ratio.source == ours).any():
+        lines.append("- This run's drafts were trained with one seed and each task has a few prompts: its ratios show "
+                     "a direction, not a verdict. The ordering is decided by the designed study, with seeds and "
+                     "prompts in one interval (the front page).")
     return "\n".join(lines)

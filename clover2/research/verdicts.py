@@ -243,7 +243,7 @@ def analyze(design: DesignConfig, runs: pd.DataFrame, replays: pd.DataFrame, dev
     (`replays.csv`): the grids' dev measure, each arm's tau and spreads, the verdicts, the power of
     the primary comparisons, the learning curve with its fits, and the data against repetition."""
     tables = {"grid": runs[(runs.seed == 0) & (runs.budget == design.main) & (runs.share == 1)][
-        ["arm", "lr", "dev", "tokens", "epochs", "seconds_per_step"]].sort_values(["arm", "lr"])}
+        ["arm", "lr", "dev", "tokens", "epochs"]].sort_values(["arm", "lr"])}  # no times: the study shares its machine
     chosen = {a: chosen_lr(design, a, dev) for a in design.arms}
     tables["grid"]["chosen"] = [math.isclose(lr, chosen.get(a) or -1)
                                 for a, lr in zip(tables["grid"].arm, tables["grid"].lr)]
