@@ -345,10 +345,12 @@ def _notebooks(args):
          arg("--profile", default="study", help="a profile with a design section"),
          RESULTS)
 def _study(args):
+    import datetime
+
     import pandas as pd
 
     from clover2.files import write_csv, write_text
-    from clover2.measure.provenance import machine
+    from clover2.measure.provenance import commit, machine
     from clover2.research.design import Experiment
     from clover2.research.study import Study
     from clover2.research.verdicts import analyze, page
@@ -365,6 +367,9 @@ def _study(args):
     if args.action == "check":
         table = experiment.check_published()
         print(table.to_string(index=False))
+        if not table.empty:  # the record the results page shows, with where and when it was checked
+            write_csv(experiment.published() / "check.csv", table.assign(
+                commit=commit(), cpu=machine()["cpu_name"], date=datetime.date.today().isoformat()))
         if not table.empty and (table.difference.abs() > 0.01).any():
             raise Clover2Error("a published draft's tau differs from the committed one by more than 0.01")
         return
@@ -373,6 +378,8 @@ def _study(args):
         runs = experiment.records()
         replays = pd.read_csv(experiment.replays_csv) if experiment.replays_csv.exists() else pd.DataFrame()
         tables = analyze(experiment.design, runs, replays, experiment.dev())
+        if (experiment.published() / "check.csv").exists():
+            tables["published"] = pd.read_csv(experiment.published() / "check.csv")
         for name, df in tables.items():
             write_csv(experiment.study.results / f"{name}.csv", df)
         cpus = ", ".join(sorted(set(runs.cpu))) if len(runs) else machine()["cpu_name"]

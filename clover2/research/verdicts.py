@@ -325,7 +325,9 @@ def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataF
              "fits": "Fits of tau against tokens, read at the paper's budget (a range, not a prediction); EAGLE-3's "
                      "published data scaling is about +7% of tau - 1 per doubling (LLaMA-3.1-8B, 1x to 8x ShareGPT)",
              "data": "Data or repetition: the tau ratio from twice the steps beside the one from twice the unique "
-                     "data, seed 0"}
+                     "data, seed 0",
+             "published": "The published drafts (`results/study/drafts/`, bf16): tau replayed from them by `clover2 "
+                          "study check` beside the committed tau of the run each came from"}
     for key, title in names.items():
         if key in tables:
             lines += ["", f"## {title}", "", markdown(tables[key])]
