@@ -379,7 +379,8 @@ def _study(args):
         replays = pd.read_csv(experiment.replays_csv) if experiment.replays_csv.exists() else pd.DataFrame()
         tables = analyze(experiment.design, runs, replays, experiment.dev())
         if (experiment.published() / "check.csv").exists():
-            tables["published"] = pd.read_csv(experiment.published() / "check.csv")
+            tables["published"] = pd.read_csv(experiment.published() / "check.csv")[  # where: in the CSV
+                ["arm", "tree", "committed_tau", "published_tau", "difference"]]
         for name, df in tables.items():
             write_csv(experiment.study.results / f"{name}.csv", df)
         cpus = ", ".join(sorted(set(runs.cpu))) if len(runs) else machine()["cpu_name"]

@@ -70,7 +70,8 @@ def draw_tree(trace: dict, ax=None):
         if kids[i]:
             y[i] = sum(y[c] for c in kids[i]) / len(kids[i])
     ax = ax or plt.gca()
-    labels = ["root", *trace["tokens"]]
+    # a long token would run into the next depth's labels: cut to 9 characters
+    labels = ["root", *(t if len(t) <= 9 else t[:8] + "…" for t in trace["tokens"])]
     for i in range(1, len(parents)):
         ax.plot([depth[parents[i]], depth[i]], [y[parents[i]], y[i]], color="0.6", lw=1, zorder=1)
     for i in range(len(parents)):
