@@ -370,19 +370,19 @@ def _study(args):
         if not table.empty:  # the record the results page shows, with where and when it was checked
             write_csv(experiment.published() / "check.csv", table.assign(
                 commit=commit(), cpu=machine()["cpu_name"], date=datetime.date.today().isoformat()))
-        if not table.empty and (table.difference.abs() > 0.01).any():
-            raise Clover2Error("a published draft's tau differs from the committed one by more than 0.01")
+            if (table.difference.abs() > 0.01).any():
+                raise Clover2Error("a published draft's tau differs from the committed one by more than 0.01")
         return
     table = experiment.status()
     if args.action == "report":
         runs = experiment.records()
         replays = pd.read_csv(experiment.replays_csv) if experiment.replays_csv.exists() else pd.DataFrame()
         tables = analyze(experiment.design, runs, replays, experiment.dev())
-        if (experiment.published() / "check.csv").exists():
-            tables["published"] = pd.read_csv(experiment.published() / "check.csv")[  # where: in the CSV
-                ["arm", "tree", "committed_tau", "published_tau", "difference"]]
         for name, df in tables.items():
             write_csv(experiment.study.results / f"{name}.csv", df)
+        if (experiment.published() / "check.csv").exists():  # on the page only: the CSV is check.csv itself
+            tables["published"] = pd.read_csv(experiment.published() / "check.csv")[
+                ["arm", "tree", "committed_tau", "published_tau", "difference"]]
         cpus = ", ".join(sorted(set(runs.cpu))) if len(runs) else machine()["cpu_name"]
         commits = ", ".join(sorted(set(runs.commit))) if len(runs) else "-"
         write_text(experiment.study.results / "README.md",

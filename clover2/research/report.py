@@ -291,8 +291,8 @@ def ablation_table(summary: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({
         "held-out top-1": s.top1.round(3), "held-out top-5": s.top5.round(3),
         "tau [95% interval]": [f"{r.tau:.2f} [{r.tau_lo:.2f}, {r.tau_hi:.2f}]" for r in s.itertuples()],
-        "tau minus Clover-2, 95% interval": ["–" if v == "clover2" else f"[{r.delta_lo:+.3f}, {r.delta_hi:+.3f}]"
-                                             for v, r in zip(s.index, s.itertuples())]},
+        "tau minus Clover-2, 95% interval": ["–" if r.Index == "clover2" else f"[{r.delta_lo:+.3f}, {r.delta_hi:+.3f}]"
+                                             for r in s.itertuples()]},
         index=s.index)
 
 
