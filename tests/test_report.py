@@ -220,3 +220,15 @@ def test_ablation_table_gives_intervals_and_coverage_shares_a_row_per_vocabulary
     rows = report.coverage_table(coverage)
     assert list(rows.index) == ["a, b", "c"] and rows.loc["c", "QA"] == 0.8
     assert list(report.coverage_table(coverage[coverage.draft != "c"]).index) == ["every draft"]
+
+
+def test_speedup_findings_give_each_drafts_step_cost_from_the_runs():
+    """The draft's cost per step (d in the cost model) is the median over prompts of its drafting time
+    per step, over plain decoding's time per token on the same prompt; a method drafting nothing is left out."""
+    runs = pd.DataFrame([
+        {"method": m, "prompt": p, "temperature": 0.0, "seconds": s, "steps": st, "new_tokens": 10, "draft_share": d}
+        for p in range(3)
+        for m, s, st, d in (("ar", 1.0, 10, 0.0), ("clover2@eagle25", 2.0, 8, 0.2), ("clover2@fitted", 1.0, 10, 0.0))])
+    text = report.speedup_findings(_bench(), ENV, runs=runs)
+    # clover2@eagle25: 0.2 x 2 s over 8 steps = 50 ms a step; a plain step is 100 ms
+    assert "`clover2@eagle25` 50.00 ms (0.50)" in text and "clover2@fitted`" not in text.split("Draft step")[1]

@@ -45,31 +45,34 @@ def _frame(ax, x0, y0, x1, y1, label):
 
 
 def _clover2(ax):
-    """Clover-2 in detail, bottom (the target) to top (the tree's deeper depths)."""
-    _box(ax, 2.2, 0.5, "target LLM (frozen): hidden states $h_{\\leq t}$\nbefore its final norm", FROZEN,
-         w=4.0, h=0.75)
-    _box(ax, 6.1, 0.5, "embedding $E$ (frozen)\nof tokens $x_{\\leq t+1}$", FROZEN, w=2.8, h=0.75)
-    _box(ax, 3.6, 1.9, "Attention Decoder AD$_0$: token fused\ninto the state (cosine gate per head)", TRAINED,
-         w=4.6, h=0.75)
-    _box(ax, 3.6, 3.2, "Augmenting Block: 2 decoder layers + norm\ncausal, KV cache over committed tokens",
-         TRAINED, w=4.6, h=0.75)
-    _box(ax, 3.6, 4.4, "FC$_0$ + norm $\\to$ LM head (frozen)", TRAINED, w=4.6)
-    _frame(ax, 0.9, 1.35, 6.3, 4.95, "once per step")
-    _arrow(ax, (2.2, 0.88), (2.9, 1.52), "$h$")
-    _arrow(ax, (6.1, 0.88), (4.6, 1.52), "$e$")
-    _arrow(ax, (3.6, 2.28), (3.6, 2.82))
-    _arrow(ax, (3.6, 3.58), (3.6, 4.09), "$s^{(0)}$")
-    _box(ax, 3.6, 5.55, "head 0: $q_0$, the root's children (depth 1)", DATA, w=4.6)
-    _arrow(ax, (3.6, 4.71), (3.6, 5.24))
-    _box(ax, 3.6, 6.85, "AD$_1(s^{(i-1)}, E(x))$: one regressive RNN step,\nshared by every depth", TRAINED,
-         w=4.6, h=0.75)
-    _box(ax, 3.6, 8.05, "FC$_1[s^{(i)}; E(x)]$ + norm $\\to$ LM head", TRAINED, w=4.6)
-    _box(ax, 3.6, 9.15, "head $i$: $q_i$, the children at depth $i+1$", DATA, w=4.6)
-    _frame(ax, 0.9, 6.3, 6.3, 9.6, "once per tree node, batched per depth")
-    _arrow(ax, (3.6, 5.86), (3.6, 6.47), "$s^{(0)}$, chosen token $x$")
-    _arrow(ax, (3.6, 7.23), (3.6, 7.74), "$s^{(i)}$")
-    _arrow(ax, (3.6, 8.36), (3.6, 8.84))
-    _arrow(ax, (5.9, 9.15), (5.9, 6.85), "next depth", bend=-0.5)
+    """Clover-2 in detail, in two columns: once per step (left, from the target up to head 0), and
+    once per tree node (right, from head 0's chosen token down to the deeper depths)."""
+    _box(ax, 1.8, 0.45, "target LLM (frozen): hidden\nstates $h_{\\leq t}$ before its final norm", FROZEN,
+         w=3.45, h=0.75)
+    _box(ax, 6.05, 0.45, "embedding $E$ (frozen)\nof tokens $x_{\\leq t+1}$", FROZEN, w=2.9, h=0.75)
+    _box(ax, 1.8, 1.95, "Attention Decoder AD$_0$: token\nfused into the state\n(cosine gate per head)", TRAINED,
+         w=3.4, h=0.95)
+    _box(ax, 1.8, 3.35, "Augmenting Block: 2 decoder\nlayers + norm, causal, KV\ncache over committed tokens",
+         TRAINED, w=3.4, h=0.95)
+    _box(ax, 1.8, 4.6, "FC$_0$ + norm $\\to$ LM head", TRAINED, w=3.4)
+    _frame(ax, 0.05, 1.35, 3.55, 5.0, "once per step")
+    _arrow(ax, (1.8, 0.83), (1.8, 1.47), "$h$")
+    _arrow(ax, (5.4, 0.83), (3.0, 1.47), "$e$")
+    _arrow(ax, (1.8, 2.43), (1.8, 2.87))
+    _arrow(ax, (1.8, 3.83), (1.8, 4.29), "$s^{(0)}$")
+    _box(ax, 1.8, 5.75, "head 0: $q_0$, the root's\nchildren (depth 1)", DATA, w=3.4, h=0.75)
+    _arrow(ax, (1.8, 4.91), (1.8, 5.37))
+    _box(ax, 6.05, 5.5, "AD$_1(s^{(i-1)}, E(x))$: one\nregressive RNN step,\nshared by every depth", TRAINED,
+         w=2.9, h=0.95)
+    _box(ax, 6.05, 4.15, "FC$_1[s^{(i)}; E(x)]$\n+ norm $\\to$ LM head", TRAINED, w=2.9, h=0.75)
+    _box(ax, 6.05, 2.85, "head $i$: $q_i$, the\nchildren at depth $i+1$", DATA, w=2.9, h=0.75)
+    _frame(ax, 4.45, 2.35, 7.55, 6.1, "once per tree node,\nbatched per depth")
+    _arrow(ax, (3.5, 5.7), (4.6, 5.7))
+    ax.text(4.05, 5.8, "$s^{(0)}, x$", fontsize=MIN_PT, color="#303030", ha="center", va="bottom")
+    _arrow(ax, (6.05, 5.02), (6.05, 4.53), "$s^{(i)}$")
+    _arrow(ax, (6.05, 3.78), (6.05, 3.23))
+    _arrow(ax, (4.6, 2.75), (4.6, 5.3), bend=-0.5)
+    ax.text(3.95, 3.9, "next\ndepth", fontsize=MIN_PT, color="#303030", ha="center", va="center")
 
 
 def _rivals(ax):
@@ -108,10 +111,10 @@ def _legend(fig):
 def draft_architectures() -> dict[str, plt.Figure]:
     """{"clover2": Clover-2 in detail, "rivals": EAGLE-1, EAGLE-3, Clover-1 and Medusa-1}."""
     figures = {}
-    for name, draw, (w, h), height in (("clover2", _clover2, (7.6, 10.0), 8.6), ("rivals", _rivals, (9.3, 10.2), 6.3)):
+    for name, draw, (w, h), height in (("clover2", _clover2, (7.6, 6.7), 5.8), ("rivals", _rivals, (9.3, 10.2), 6.3)):
         fig, ax = plt.subplots(figsize=(FIGURE_IN, height))
         ax.set_xlim(0, w)
-        ax.set_ylim(0, h)
+        ax.set_ylim(-0.3, h)  # room for the legend below
         ax.axis("off")
         draw(ax)
         _legend(fig)

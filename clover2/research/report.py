@@ -177,11 +177,12 @@ def seed_findings(spread: pd.DataFrame | None = None, pairs: pd.DataFrame | None
 
 
 def speedup_findings(table: pd.DataFrame, env: dict, curve: pd.DataFrame | None = None,
-                     paired: pd.DataFrame | None = None) -> str:
+                     paired: pd.DataFrame | None = None, runs: pd.DataFrame | None = None) -> str:
     """The benchmark page's conclusions: the fastest method, the paper's comparison at its own tree
     (paired by prompt where `paired`, the run's paired.csv, is given), the fitted tree's prediction
     against the measurement, each source's share of a hybrid's or union's accepted tokens, what
-    verification costs here, exactness and the machine's load."""
+    verification costs here and what a draft step costs (from `runs`, the run's runs.csv),
+    exactness and the machine's load."""
     overall = table[table.task == "overall"].set_index(["method", "temperature"])
     greedy = overall.xs(0.0, level="temperature")
     n = int(greedy.n_prompts.max())
@@ -241,6 +242,12 @@ def speedup_findings(table: pd.DataFrame, env: dict, curve: pd.DataFrame | None 
         lines.append(f"- **Verification cost**{where} (one forward of N tokens over one of 1{one}): "
                      + ", ".join(f"N = {k}: {cost[k]:.2f}x" for k in at)
                      + ". A tree of N - 1 nodes pays only if tau exceeds that cost plus the draft's.")
+    costs = None if runs is None else draft_step_costs(runs)
+    if costs is not None and len(costs):
+        lines.append("- **Draft step** (median over prompts, in ms and over a plain step: the d of the cost "
+                     "model): "
+                     + ", ".join(f"`{m}` {r['draft ms / step']:.2f} ms ({r['over a plain step']:.2f})"
+                                 for m, r in costs.iterrows()) + ".")
     floor = env.get("bandwidth")
     for plain in [m for m in greedy.index if m.split("!")[0] == "ar"] if floor else []:
         step_ms = 1e3 / greedy.loc[plain].tokens_per_s
