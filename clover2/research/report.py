@@ -267,12 +267,10 @@ def speedup_findings(table: pd.DataFrame, env: dict, curve: pd.DataFrame | None 
 
 
 def distillation_findings(final: pd.DataFrame, eval_tokens: int | None = None) -> str:
-    """The training page's conclusions from the held-out top-1 per variant and head (last step)."""
+    """The training page's conclusions from the held-out top-1 per variant and head (last step); the
+    numbers themselves are in `head_top1_table`."""
     top1 = final.pivot_table(index="variant", columns="head", values="top1")
     lines = []
-    for variant, row in top1.iterrows():
-        heads = " / ".join(f"{v:.2f}" for v in row.dropna())
-        lines.append(f"- `{variant}`: held-out top-1 per head {heads}.")
     if {"clover2", "clover2-hard-labels"} <= set(top1.index):
         soft, hard = top1.loc["clover2", 0], top1.loc["clover2-hard-labels", 0]
         verdict = "helps" if soft > hard else "does not help"
@@ -289,6 +287,15 @@ def distillation_findings(final: pd.DataFrame, eval_tokens: int | None = None) -
         lines.append(f"- Accuracy is teacher-forced top-1 against the target's greedy token on {eval_tokens:,} "
                      "held-out answer tokens (the target's own answers to prompts never trained on).")
     return "\n".join(lines)
+
+
+def head_top1_table(final: pd.DataFrame, published: dict[str, tuple[float, ...]]) -> pd.DataFrame:
+    """Held-out top-1 per variant (rows) and head (columns) at the end of training, with published
+    per-head accuracies of other drafts and targets as further rows, for scale."""
+    table = final.pivot_table(index="variant", columns="head", values="top1")
+    for name, heads in published.items():
+        table.loc[name] = pd.Series(heads, index=range(len(heads))).reindex(table.columns)
+    return table.rename_axis(index=None, columns="head").round(3)
 
 
 def ablation_table(summary: pd.DataFrame) -> pd.DataFrame:
