@@ -140,7 +140,7 @@ def cpu_claims(results: Path) -> list[Claim]:
     identical = decoded.identical.mean()
     out.append(Claim("Speculative decoding is lossless", "by construction",
                      f"{identical:.1%} of {len(decoded)} decodings token-identical to plain decoding; sampling "
-                     "tested against the exact distribution ({doc}`validation`)",
+                     "tested against the exact distribution ({doc}`decoding`)",
                      "reproduced" if identical == 1 else "not reproduced", page))
     t0 = runs[(runs.temperature == 0) & (runs.repeat == 0)]
     ms = {m: draft_ms_per_step(g) for m, g in t0.groupby("method")}  # as the speedup page's cost table
