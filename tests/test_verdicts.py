@@ -110,3 +110,18 @@ def test_the_pages_tables_show_rates_and_counts_as_a_reader_writes_them():
 
     text = markdown(pd.DataFrame({"lr": [3e-4, 1e-3], "tokens": [635066.0, 1.0], "tau": [1.23456, float("nan")]}))
     assert "| 0.0003 | 635066 | 1.235 |" in text and "| 0.001 | 1 |  |" in text
+
+
+def test_a_comparison_waits_for_its_planned_seeds_before_the_rule_decides():
+    """Seed 0 alone shows a ratio and an interval, but the protocol's rule decides only when both arms have
+    every planned seed: a clear lead on one seed each is not yet a verdict, on the page or the front page."""
+    from clover2.research.claims import _study_status
+    from clover2.research.verdicts import WAITS, readable
+
+    table = cells(replays({"c2": 1.9, "e1": 1.8, "m": 1.6}, seeds={"c2": 1, "e1": 5, "m": 3}), DESIGN, DEV)
+    out = verdicts(DESIGN, table).set_index("comparison")
+    assert out.loc["c2 / e1"].verdict == WAITS and out.loc["c2 / e1"].seeds == "1 vs 5"
+    assert out.loc["c2 / e1"].lo > 1  # the interval is there; the verdict is not
+    assert _study_status(WAITS) == "not decided yet"
+    shown = readable("verdicts", out.reset_index())
+    assert shown.loc[0, "verdict"] == WAITS and shown.loc[0, "tau ratio [interval]"].count("[") == 1

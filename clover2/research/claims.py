@@ -28,6 +28,7 @@ from clover2.profiles import load_profile
 from clover2.research import paper
 from clover2.research.design import DesignConfig
 from clover2.research.report import draft_ms_per_step
+from clover2.research.verdicts import WAITS
 
 STATUSES = ("reproduced", "equivalent within the margin", "not reproduced", "inconclusive", "not testable here",
             "not decided yet")
@@ -57,6 +58,8 @@ def _ratio(r) -> str:
 
 def _study_status(verdict: str) -> str:
     """The protocol's verdict (`clover2.research.verdicts`) as one of STATUSES."""
+    if verdict == WAITS:
+        return "not decided yet"
     if verdict.startswith("reproduced") or verdict == "ahead":
         return "reproduced"
     if verdict.startswith("equivalent"):

@@ -139,10 +139,13 @@ def comparisons(design: DesignConfig, table: dict[Key, Cell]) -> list[dict]:
             for n, a, b in rows if present(a) and present(b)]
 
 
+WAITS = "waits for its seeds"  # the verdict of a comparison whose arms have not finished their planned seeds
+
+
 def verdicts(design: DesignConfig, table: dict[Key, Cell], *, seed: int = 0) -> pd.DataFrame:
     """Every comparison the finished replays allow, one row each: its family, ratio, interval (97.5% for
-    the primary family's two, Bonferroni; 95% otherwise), p-value, Holm's within its family, verdict,
-    and the seeds and prompts behind it."""
+    the primary family's two, Bonferroni; 95% otherwise), p-value, Holm's within its family, verdict
+    (`WAITS` until both arms have all their planned seeds), and the seeds and prompts behind it."""
     draws = bootstrap(table, design.n_boot, seed)
     point = {k: c.tau() for k, c in table.items()}
     rows = []
@@ -158,14 +161,17 @@ def verdicts(design: DesignConfig, table: dict[Key, Cell], *, seed: int = 0) -> 
         other = den[0] if isinstance(den[0], tuple) else den
         rows.append({"family": c["family"], "comparison": c["comparison"], "tree": first[3], "budget": first[1],
                      **stats, "seeds": f"{len(table[first].seeds)} vs {len(table[other].seeds)}",
-                     "prompts": table[first].tokens.shape[1]})
+                     "prompts": table[first].tokens.shape[1],
+                     "complete": all(len(table[k].seeds) >= design.arms[k[0]].seeds for k in (first, other))})
     out = pd.DataFrame(rows)
     if out.empty:
         return out
     out["p_holm"] = out.groupby("family").p.transform(lambda p: holm(p.to_numpy()))
     out["verdict"] = [primary_verdict(r.lo, r.hi, design.margin, design.smallest_claim) if r.family == "primary"
                       else secondary_verdict(r.ratio, r.p_holm) for r in out.itertuples()]
-    return out
+    # the rule decides once both arms have every seed the protocol plans (the study's cuts say otherwise)
+    out.loc[~out.complete, "verdict"] = WAITS
+    return out.drop(columns="complete")
 
 
 def spread(table: dict[Key, Cell]) -> pd.DataFrame:
@@ -299,6 +305,44 @@ def markdown(df: pd.DataFrame, digits: int = 3) -> str:
     return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in cells.itertuples(index=False)])
 
 
+def _data(share: pd.Series) -> pd.Series:
+    return share.map(lambda x: "all" if x == 1 else f"{x:.0%}")
+
+
+def readable(name: str, df: pd.DataFrame) -> pd.DataFrame:
+    """A table of `analyze` as the results page shows it: an interval in one cell, counts with their
+    thousands, columns named in words. The CSVs keep every column as computed."""
+    if df.empty:
+        return df
+    if name == "verdicts":
+        return pd.DataFrame({
+            "family": df.family, "comparison": df.comparison, "tree": df.tree, "steps": df.budget,
+            "tau ratio [interval]": [f"{r.ratio:.3f} [{r.lo:.3f}, {r.hi:.3f}]" for r in df.itertuples()],
+            "p (Holm)": [f"{r.p:.2g} ({r.p_holm:.2g})" for r in df.itertuples()],
+            "seeds, prompts": [f"{r.seeds}, {r.prompts}" for r in df.itertuples()], "verdict": df.verdict})
+    if name == "spread":
+        return pd.DataFrame({
+            "arm": df.arm, "steps": df.budget, "data": _data(df.share), "tree": df.tree, "seeds": df.seeds,
+            "tau": df.tau.round(3), "seed SD": df.seed_sd.round(3),
+            "one seed's ± over prompts": df.prompt_half_width.round(3)})
+    if name == "grid":
+        return pd.DataFrame({"arm": df.arm, "learning rate": df.lr.map("{:g}".format), "dev measure": df.dev.round(3),
+                             "chosen": df.chosen.map({True: "yes", False: ""})})
+    if name == "curve":
+        return pd.DataFrame({"arm": df.arm, "steps": df.budget, "data": _data(df.share),
+                             "answer tokens": df.tokens.map("{:,}".format), "epochs": df.epochs.map("{:.2f}".format),
+                             "tau": df.tau.round(3)})
+    if name == "fits":
+        return pd.DataFrame({
+            "arm": df.arm, "points": df.points,
+            "tau at the paper's budget, range": [f"{r.range_lo:.2f}" if r.range_lo == r.range_hi
+                                                 else f"{r.range_lo:.2f}-{r.range_hi:.2f}" for r in df.itertuples()],
+            "gain in tau - 1 per doubling": df.relative_slope_per_doubling.map("{:+.0%}".format)})
+    if name == "published":
+        return df.rename(columns={"committed_tau": "committed tau", "published_tau": "replayed tau"})
+    return df
+
+
 def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataFrame, *, machine: str,
          commits: str) -> str:
     """The study's results page, generated from its tables: the primary verdicts first, then every table,
@@ -317,20 +361,25 @@ def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataF
     for r in primary.itertuples():
         lines += [f"- **{r.comparison}** (tau ratio, {r.tree}, {r.budget} steps, {r.seeds} seeds, "
                   f"{r.prompts} prompts): {r.ratio:.3f} [{r.lo:.3f}, {r.hi:.3f}] at {r.level:.1%}: **{r.verdict}**."]
-    names = {"verdicts": "Every comparison (p-values two-sided from the bootstrap; Holm within each family)",
-             "spread": "tau per arm, budget and tree: the seeds' mean, their spread, and one seed's prompt interval",
-             "power": "Power of the primary comparisons with the seeds finished (half-width as a share of the ratio)",
-             "grid": "Learning-rate grids: the dev measure (simulated chain length) of seed 0 at the main budget",
-             "curve": "Seed 0 at every annealed budget (tokens seen and epochs beside each)",
-             "fits": "Fits of tau against tokens, read at the paper's budget (a range, not a prediction); EAGLE-3's "
-                     "published data scaling is about +7% of tau - 1 per doubling (LLaMA-3.1-8B, 1x to 8x ShareGPT)",
-             "data": "Data or repetition: the tau ratio from twice the steps beside the one from twice the unique "
-                     "data, seed 0",
-             "published": "The published drafts (`results/study/drafts/`, bf16): tau replayed from them by `clover2 "
-                          "study check` beside the committed tau of the run each came from"}
-    for key, title in names.items():
+    names = {
+        "verdicts": ("Every comparison", "The tau ratio with its interval over seeds and prompts (97.5% for the "
+                     "primary pair, 95% otherwise); p two-sided from the bootstrap, Holm's within each family."),
+        "spread": ("tau per arm", "The seeds' mean, the seed-to-seed spread, and one seed's 95% interval over "
+                   "prompts (its half-width)."),
+        "power": ("Power of the primary comparisons", "With the seeds finished: the half-width of the primary "
+                  "interval as a share of the ratio, and the seeds that would bring it under 2.5%."),
+        "grid": ("Learning-rate grids", f"The dev measure (simulated chain length) of seed 0 after {design.main} "
+                 "steps; the best rate is chosen, and a best rate at the grid's edge extends it once."),
+        "curve": ("Seed 0 at every annealed budget", "With the answer tokens it saw."),
+        "fits": ("tau against tokens, read at the paper's budget", "A range, not a prediction; EAGLE-3's published "
+                 "data scaling is about +7% of tau - 1 per doubling (LLaMA-3.1-8B, 1x to 8x ShareGPT)."),
+        "data": ("Data or repetition", "The tau ratio from twice the steps beside the one from twice the unique "
+                 "data, seed 0."),
+        "published": ("The published drafts", "`results/study/drafts/`, bf16: tau replayed from them by `clover2 "
+                      "study check` beside the committed tau of the run each came from.")}
+    for key, (title, note) in names.items():
         if key in tables:
-            lines += ["", f"## {title}", "", markdown(tables[key])]
+            lines += ["", f"## {title}", "", note, "", markdown(readable(key, tables[key]))]
     left = status[status.state != "done"]
     todo = left.groupby("arm", sort=False).agg(**{
         "runs": ("run", "size"), "training steps planned": ("steps", "sum"),
