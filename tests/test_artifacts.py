@@ -39,6 +39,8 @@ def test_every_published_record_is_listed_and_smoke_runs_are_not(tmp_path):
             and table.loc["cpu/bench", "date"] == "2026-11-30")
     text = page(tmp_path)
     assert "4 records, 3 commits, 1 from a tree with uncommitted changes" in text and "`abc1234-dirty`" in text
+    # the folders one commit made on one machine and day share a row
+    assert "| `cpu/bench` | `def5678` | Intel Xeon | 2026-11-30 |" in text and text.count("`def5678`") == 2
 
 
 ZEN4 = {"vendor_id": "AuthenticAMD", "cpu family": "25", "model": "17", "stepping": "1",

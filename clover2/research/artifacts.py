@@ -61,9 +61,11 @@ def page(results: str | Path) -> str:
              "from one run. Written by `python -m clover2.research.artifacts results book/records.md` (part of "
              f"`make book`): {len(table)} records, {table.commit.nunique()} commits, {dirty} from a tree with "
              "uncommitted changes.", "",
-             "| folder | commit | machine | date |", "|---|---|---|---|"]
-    lines += [f"| `{r.folder}` | `{r.commit}` | {r.machine} | {r.date} |" for r in table.itertuples()] + [""]
-    return "\n".join(lines)
+             "| folders | commit | machine | date |", "|---|---|---|---|"]
+    # one row per (commit, machine, date): the folders one run made together
+    for (commit, machine, date), g in table.groupby(["commit", "machine", "date"], sort=False):
+        lines.append(f"| {', '.join(f'`{f}`' for f in g.folder)} | `{commit}` | {machine} | {date} |")
+    return "\n".join(lines + [""])
 
 
 if __name__ == "__main__":
