@@ -125,3 +125,21 @@ def test_a_comparison_waits_for_its_planned_seeds_before_the_rule_decides():
     assert _study_status(WAITS) == "not decided yet"
     shown = readable("verdicts", out.reset_index())
     assert shown.loc[0, "verdict"] == WAITS and shown.loc[0, "tau ratio [interval]"].count("[") == 1
+
+
+def test_the_results_page_shows_one_row_per_arm():
+    """The grids, the taus and the curve as one row per arm (a column per rate, or per budget and tree), so
+    that the page stays short as arms land; the chosen rate stands out, and each cell keeps its spreads."""
+    from clover2.research.verdicts import readable
+
+    grid = pd.DataFrame({"arm": ["a", "a", "b"], "lr": [1e-3, 3e-3, 1e-3], "dev": [1.4, 1.5, 1.3],
+                         "tokens": 1, "epochs": 1.0, "chosen": [False, True, True]})
+    shown = readable("grid", grid).set_index("arm")
+    assert list(shown.columns) == ["lr 0.001", "lr 0.003"] and shown.loc["a", "lr 0.003"] == "**1.500**"
+    assert shown.loc["b", "lr 0.003"] == ""
+    spread_ = pd.DataFrame({"arm": ["a", "a", "a"], "budget": [600, 300, 600], "share": 1.0,
+                            "tree": ["dynamic:60:5:10", "eagle25", "eagle25"], "seeds": [5, 5, 5],
+                            "tau": [1.9, 1.5, 1.7], "seed_sd": [0.02, 0.03, np.nan], "prompt_half_width": 0.05})
+    shown = readable("spread", spread_)
+    assert list(shown.columns) == ["arm", "seeds", "300 steps", "600 steps", "600 steps, 60-node dynamic tree"]
+    assert shown.loc[0, "300 steps"] == "1.500 (0.030, ±0.050)" and shown.loc[0, "600 steps"] == "1.700 (±0.050)"

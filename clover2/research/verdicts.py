@@ -309,6 +309,24 @@ def _data(share: pd.Series) -> pd.Series:
     return share.map(lambda x: "all" if x == 1 else f"{x:.0%}")
 
 
+def _column(budget: int, share: float, tree: str = "eagle25") -> str:
+    nodes = tree.split(":")[1] if tree.startswith("dynamic:") else ""
+    return (f"{budget} steps" + ("" if share == 1 else f", {share:.0%} of the data")
+            + ("" if tree == "eagle25" else f", {nodes}-node dynamic tree" if nodes else f", {tree}"))
+
+
+def _by_arm(df: pd.DataFrame, keys: list[str], seeds: pd.Series | None = None) -> pd.DataFrame:
+    """`df`'s `value` with one row per arm and one column per combination of `keys` (budget first)."""
+    wide = df.pivot_table(index="arm", columns=keys, values="value", aggfunc="first")
+    order = sorted(wide.columns, key=lambda k: (k[0], -k[1], *(k[2:] and (k[2] != "eagle25",))))
+    wide = wide[order]
+    wide.columns = [_column(*k) for k in order]
+    out = wide.fillna("").reset_index()
+    if seeds is not None:
+        out.insert(1, "seeds", out.arm.map(seeds))
+    return out
+
+
 def readable(name: str, df: pd.DataFrame) -> pd.DataFrame:
     """A table of `analyze` as the results page shows it: an interval in one cell, counts with their
     thousands, columns named in words. The CSVs keep every column as computed."""
@@ -320,18 +338,17 @@ def readable(name: str, df: pd.DataFrame) -> pd.DataFrame:
             "tau ratio [interval]": [f"{r.ratio:.3f} [{r.lo:.3f}, {r.hi:.3f}]" for r in df.itertuples()],
             "p (Holm)": [f"{r.p:.2g} ({r.p_holm:.2g})" for r in df.itertuples()],
             "seeds, prompts": [f"{r.seeds}, {r.prompts}" for r in df.itertuples()], "verdict": df.verdict})
-    if name == "spread":
-        return pd.DataFrame({
-            "arm": df.arm, "steps": df.budget, "data": _data(df.share), "tree": df.tree, "seeds": df.seeds,
-            "tau": df.tau.round(3), "seed SD": df.seed_sd.round(3),
-            "one seed's ± over prompts": df.prompt_half_width.round(3)})
-    if name == "grid":
-        return pd.DataFrame({"arm": df.arm, "learning rate": df.lr.map("{:g}".format), "dev measure": df.dev.round(3),
-                             "chosen": df.chosen.map({True: "yes", False: ""})})
+    if name == "spread":  # one row per arm, one column per budget, data share and tree
+        cell = lambda r: (f"{r.tau:.3f} ({'' if np.isnan(r.seed_sd) else f'{r.seed_sd:.3f}, '}"  # noqa: E731
+                          f"±{r.prompt_half_width:.3f})")
+        return _by_arm(df.assign(value=[cell(r) for r in df.itertuples()]), ["budget", "share", "tree"],
+                       seeds=df.groupby("arm").seeds.max())
+    if name == "grid":  # one row per arm, one column per rate; the chosen rate's measure in bold
+        value = [f"**{r.dev:.3f}**" if r.chosen else f"{r.dev:.3f}" for r in df.itertuples()]
+        wide = df.assign(value=value).pivot_table(index="arm", columns="lr", values="value", aggfunc="first")
+        return wide.rename(columns="lr {:g}".format).fillna("").reset_index().rename_axis(columns=None)
     if name == "curve":
-        return pd.DataFrame({"arm": df.arm, "steps": df.budget, "data": _data(df.share),
-                             "answer tokens": df.tokens.map("{:,}".format), "epochs": df.epochs.map("{:.2f}".format),
-                             "tau": df.tau.round(3)})
+        return _by_arm(df.assign(value=df.tau.map("{:.3f}".format)), ["budget", "share"])
     if name == "fits":
         return pd.DataFrame({
             "arm": df.arm, "points": df.points,
@@ -341,6 +358,15 @@ def readable(name: str, df: pd.DataFrame) -> pd.DataFrame:
     if name == "published":
         return df.rename(columns={"committed_tau": "committed tau", "published_tau": "replayed tau"})
     return df
+
+
+def _tokens_seen(curve: pd.DataFrame | None) -> str:
+    """What each budget's runs saw, in answer tokens and epochs (the same for every arm: one data order)."""
+    if curve is None or curve.empty:
+        return ""
+    seen = curve.groupby(["budget", "share"]).agg(tokens=("tokens", "max"), epochs=("epochs", "max"))
+    return "Answer tokens seen: " + "; ".join(f"{_column(b, sh)}: {int(r.tokens):,} ({r.epochs:.2f} epochs)"
+                                               for (b, sh), r in seen.iterrows()) + "."
 
 
 def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataFrame, *, machine: str,
@@ -364,13 +390,15 @@ def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataF
     names = {
         "verdicts": ("Every comparison", "The tau ratio with its interval over seeds and prompts (97.5% for the "
                      "primary pair, 95% otherwise); p two-sided from the bootstrap, Holm's within each family."),
-        "spread": ("tau per arm", "The seeds' mean, the seed-to-seed spread, and one seed's 95% interval over "
-                   "prompts (its half-width)."),
+        "spread": ("tau per arm", "The seeds' mean tau at each budget and tree (EAGLE-1's 25-node tree unless "
+                   "named), with the seed-to-seed standard deviation and the half-width of one seed's 95% interval "
+                   "over prompts in brackets."),
         "power": ("Power of the primary comparisons", "With the seeds finished: the half-width of the primary "
                   "interval as a share of the ratio, and the seeds that would bring it under 2.5%."),
         "grid": ("Learning-rate grids", f"The dev measure (simulated chain length) of seed 0 after {design.main} "
-                 "steps; the best rate is chosen, and a best rate at the grid's edge extends it once."),
-        "curve": ("Seed 0 at every annealed budget", "With the answer tokens it saw."),
+                 "steps, per learning rate; the best rate (in bold) is chosen, and a best rate at the grid's edge "
+                 "extends the grid once."),
+        "curve": ("Seed 0 at every annealed budget", "tau on the 25-node tree. " + _tokens_seen(tables.get("curve"))),
         "fits": ("tau against tokens, read at the paper's budget", "A range, not a prediction; EAGLE-3's published "
                  "data scaling is about +7% of tau - 1 per doubling (LLaMA-3.1-8B, 1x to 8x ShareGPT)."),
         "data": ("Data or repetition", "The tau ratio from twice the steps beside the one from twice the unique "
@@ -381,9 +409,9 @@ def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataF
         if key in tables:
             lines += ["", f"## {title}", "", note, "", markdown(readable(key, tables[key]))]
     left = status[status.state != "done"]
-    todo = left.groupby("arm", sort=False).agg(**{
-        "runs": ("run", "size"), "training steps planned": ("steps", "sum"),
-        "seeds waiting for the grid": ("lr", lambda lr: int(lr.isna().sum()))}).reset_index()
-    lines += ["", "## Not finished", "", markdown(todo) if not left.empty else "Every planned run is done.",
-              "", "`clover2 study status` lists every run.", ""]
+    runs = left.groupby("arm", sort=False).run.size()
+    todo = (f"{len(left)} runs ({int(left.steps.isna().sum())} of them wait for their arm's learning rate), "
+            f"{int(left.steps.sum()):,} training steps planned for the others; by arm: "
+            + ", ".join(f"{arm} {n}" for arm, n in runs.items()) + ".") if not left.empty else "Every planned run is done."
+    lines += ["", "## Not finished", "", todo + " `clover2 study status` lists every run.", ""]
     return "\n".join(lines)
