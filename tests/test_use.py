@@ -19,7 +19,7 @@ def _blocks(language: str) -> list[str]:
 
 
 def test_the_page_names_a_draft_that_is_published_or_still_to_come():
-    assert "results/study/drafts/clover2-official" in PAGE and len(_blocks("bash")) == 1 and len(_blocks("python")) == 1
+    assert "results/study/drafts/clover2" in PAGE and len(_blocks("bash")) == 1 and len(_blocks("python")) == 1
 
 
 @pytest.mark.skipif(not (DRAFT / "draft.safetensors").exists(), reason="the study has not published its drafts yet")
