@@ -410,8 +410,9 @@ def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataF
             lines += ["", f"## {title}", "", note, "", markdown(readable(key, tables[key]))]
     left = status[status.state != "done"]
     runs = left.groupby("arm", sort=False).run.size()
-    todo = (f"{len(left)} runs ({int(left.steps.isna().sum())} of them wait for their arm's learning rate), "
-            f"{int(left.steps.sum()):,} training steps planned for the others; by arm: "
-            + ", ".join(f"{arm} {n}" for arm, n in runs.items()) + ".") if not left.empty else "Every planned run is done."
+    todo = "Every planned run is done." if left.empty else (
+        f"{len(left)} runs ({int(left.steps.isna().sum())} of them wait for their arm's learning rate), "
+        f"{int(left.steps.sum()):,} training steps planned for the others; by arm: "
+        + ", ".join(f"{arm} {n}" for arm, n in runs.items()) + ".")
     lines += ["", "## Not finished", "", todo + " `clover2 study status` lists every run.", ""]
     return "\n".join(lines)
