@@ -122,8 +122,8 @@ def test_distillation_and_ablation_findings():
     assert "does not help" in text and "less accurate, as expected" in text
     table = report.head_top1_table(final, {"Medusa-1 on Vicuna-7B (published)": (0.56, 0.32, 0.2, 0.15)})
     assert list(table.index) == ["clover2", "clover2-hard-labels", "Medusa-1 on Vicuna-7B (published)"]
-    assert list(table.columns) == [0, 1, 2] and table.loc["clover2", 2] == 0.2  # the published 4th head is cut
-    assert table.loc["Medusa-1 on Vicuna-7B (published)", 1] == 0.32
+    assert list(table.columns) == ["head 0", "head 1", "head 2"]  # the published 4th head is cut
+    assert table.loc["clover2", "head 2"] == 0.2 and table.loc["Medusa-1 on Vicuna-7B (published)", "head 1"] == 0.32
     summary = pd.DataFrame({"variant": ["clover2", "clover2-no-projector", "clover2-hard-labels", "eagle1"],
                             "top1": [0.3, 0.2, 0.2, 0.3], "top5": [0.5] * 4, "tau": [1.4, 1.3, 1.45, 1.38]})
     text = report.ablation_findings(summary, 6)

@@ -295,7 +295,7 @@ def head_top1_table(final: pd.DataFrame, published: dict[str, tuple[float, ...]]
     table = final.pivot_table(index="variant", columns="head", values="top1")
     for name, heads in published.items():
         table.loc[name] = pd.Series(heads, index=range(len(heads))).reindex(table.columns)
-    return table.rename_axis(index="draft", columns=None).round(3)
+    return table.rename(columns="head {}".format).rename_axis(index="draft", columns=None).round(3)
 
 
 def ablation_table(summary: pd.DataFrame) -> pd.DataFrame:
