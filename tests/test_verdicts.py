@@ -143,3 +143,14 @@ def test_the_results_page_shows_one_row_per_arm():
     shown = readable("spread", spread_)
     assert list(shown.columns) == ["arm", "seeds", "300 steps", "600 steps", "600 steps, 60-node dynamic tree"]
     assert shown.loc[0, "300 steps"] == "1.500 (0.030, ±0.050)" and shown.loc[0, "600 steps"] == "1.700 (±0.050)"
+
+
+def test_the_page_says_when_a_chosen_rate_is_still_at_the_edge_of_its_extended_grid():
+    from clover2.research.verdicts import _still_at_edge
+
+    grid = pd.DataFrame({"arm": ["c2"] * 3 + ["e1"] * 2, "lr": [1e-3, 3e-3, 9e-3, 1e-3, 3e-3],
+                         "dev": [1.4, 1.5, 1.6, 1.5, 1.4], "chosen": [False, False, True, True, False]})
+    design = DesignConfig(arms={"c2": Arm("clover2", lrs=(1e-3, 3e-3)), "e1": Arm("eagle1", lrs=(1e-3, 3e-3))},
+                          reference="e1", primary=("c2",))
+    assert "edge after the extension: c2;" in _still_at_edge(design, grid)  # e1 was never extended
+    assert _still_at_edge(design, grid.assign(chosen=[False, True, False, True, False])) == ""

@@ -360,6 +360,17 @@ def readable(name: str, df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
+def _still_at_edge(design: DesignConfig, grid: pd.DataFrame | None) -> str:
+    """A sentence naming the arms whose chosen rate is still at an edge of their extended grid: the
+    protocol stops there, so a rate beyond it might do better."""
+    if grid is None or grid.empty:
+        return ""
+    edge = [a for a, g in grid.groupby("arm", sort=False) if g.chosen.any() and len(g) > len(design.arms[a].lrs)
+            and g[g.chosen].lr.iloc[0] in (g.lr.min(), g.lr.max())]
+    return ("" if not edge else f" Still at the edge after the extension: {', '.join(edge)}; the protocol extends "
+            "once, so a rate beyond it might do better for that arm.")
+
+
 def _tokens_seen(curve: pd.DataFrame | None) -> str:
     """What each budget's runs saw, in answer tokens and epochs (the same for every arm: one data order)."""
     if curve is None or curve.empty:
@@ -397,7 +408,7 @@ def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataF
                   "interval as a share of the ratio, and the seeds that would bring it under 2.5%."),
         "grid": ("Learning-rate grids", f"The dev measure (simulated chain length) of seed 0 after {design.main} "
                  "steps, per learning rate; the best rate (in bold) is chosen, and a best rate at the grid's edge "
-                 "extends the grid once."),
+                 "extends the grid once." + _still_at_edge(design, tables.get("grid"))),
         "curve": ("Seed 0 at every annealed budget", "tau on the 25-node tree. " + _tokens_seen(tables.get("curve"))),
         "fits": ("tau against tokens, read at the paper's budget", "A range, not a prediction; EAGLE-3's published "
                  "data scaling is about +7% of tau - 1 per doubling (LLaMA-3.1-8B, 1x to 8x ShareGPT)."),
