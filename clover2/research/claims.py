@@ -220,9 +220,10 @@ def markdown(results: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-def speeds(results: Path) -> str:
-    """What each method gave on the `cpu` profile's machine, fastest first (greedy), with the
-    `clover2 generate` flags that run it (a fitted tree as the static tree the benchmark chose)."""
+def speeds(results: Path, draft: str = "clover2") -> str:
+    """What each method a user can run with `clover2 generate` and the published `draft` gave on the
+    `cpu` profile's machine, fastest first (greedy), with the flags that run it (a fitted tree as the
+    static tree the benchmark chose); every other method is on the benchmark's page."""
     bench_dir = results / "cpu" / "bench"
     bench, env = _read(bench_dir / "bench.csv"), json.loads((bench_dir / "env.json").read_text())
     rows = bench[(bench.task == "overall") & (bench.temperature == 0) & (bench.method != "ar")
@@ -244,10 +245,13 @@ def speeds(results: Path) -> str:
         draft = " --draft DRAFT" if any(a in name for a in ("clover", "eagle", "medusa")) else ""
         return f"`--method {name}" + (f" --tree {tree}" if tree else "") + f"{draft}`"
 
+    rows = rows[[not flags(m).startswith("(") and m.split("@")[0].split("+")[-1] in (draft, "pld", "suffix", "tr")
+                 for m in rows.method]]
     lines = [f"Measured on {env['cpu_name']} ({env['cpu_count']} cores), commit {env['commit']}, "
              f"{int(rows.n_prompts.max())} prompts of {env['bench']['max_new_tokens']} new tokens, every method "
              "interleaved with plain decoding in one run, nothing else running "
-             f"({env['other_load']:.1%} of the machine); drafts trained by the `cpu` profile (90 steps).", "",
+             f"({env['other_load']:.1%} of the machine); drafts trained by the `cpu` profile (90 steps). Every "
+             "method, the other drafts' too: {doc}`../results/cpu/notebooks/04_speedup`.", "",
              "| method | speed over plain decoding | tokens per step | as `clover2 generate` |", "|---|---|---|---|"]
     lines += [f"| {r.method} | {r.speedup:.2f}x [{r.speedup_lo:.2f}, {r.speedup_hi:.2f}] | "
               f"{'–' if pd.isna(r.tau) else f'{r.tau:.2f}'} | "
