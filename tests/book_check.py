@@ -48,7 +48,7 @@ SCREEN_HEIGHT = 900  # its first screen
 FRONT = "book/intro.html"  # the front page: its scale and verdict come first
 MAX_SCREENS = 5  # a page longer than this is too long to read, unless it is a reference page
 REFERENCE = {"book/method.html", "book/glossary.html", "book/checklist.html",
-             "book/references.html", "book/protocol.html", "results/study/README.html"}
+             "book/protocol.html", "results/study/README.html"}
 BOOK_SCREENS = 60  # the whole book
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                   "--disable-component-update", "--disable-sync", "--no-first-run", "--hide-scrollbars",
