@@ -154,3 +154,17 @@ def test_the_page_says_when_a_chosen_rate_is_still_at_the_edge_of_its_extended_g
                           reference="e1", primary=("c2",))
     assert "edge after the extension: c2;" in _still_at_edge(design, grid)  # e1 was never extended
     assert _still_at_edge(design, grid.assign(chosen=[False, True, False, True, False])) == ""
+
+
+def test_the_page_gives_the_primary_pair_in_words_and_the_rest_in_one_table():
+    from clover2.research.verdicts import analyze, page
+
+    rep = replays({"c2": 1.9, "e1": 1.8, "m": 1.6}, seeds={"c2": 5, "e1": 5, "m": 3})
+    runs = rep.groupby("run").first().reset_index()[["run", "arm", "lr", "seed", "budget", "share"]].assign(
+        dev=1.5, tokens=1000, epochs=1.0)
+    tables = analyze(DESIGN, runs, rep, DEV)
+    status = runs.assign(state="done", steps=600.0)
+    text = page(DESIGN, tables, status, machine="cpu", commits="abc")
+    primary, rest = text.split("## The secondary comparisons")
+    assert "- **c2 / e1**" in primary and "| primary |" not in rest and "| architectures | c2 / m |" in rest
+    assert "| 25-node |" in rest and "Every planned run is done." in text

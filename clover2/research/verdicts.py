@@ -309,10 +309,15 @@ def _data(share: pd.Series) -> pd.Series:
     return share.map(lambda x: "all" if x == 1 else f"{x:.0%}")
 
 
+def _tree(tree: str) -> str:
+    """A tree as a reader names it: EAGLE-1's 25 nodes, or a dynamic tree by its node budget."""
+    return "25-node" if tree == "eagle25" else f"{tree.split(':')[1]}-node dynamic" if tree.startswith("dynamic:") \
+        else tree
+
+
 def _column(budget: int, share: float, tree: str = "eagle25") -> str:
-    nodes = tree.split(":")[1] if tree.startswith("dynamic:") else ""
     return (f"{budget} steps" + ("" if share == 1 else f", {share:.0%} of the data")
-            + ("" if tree == "eagle25" else f", {nodes}-node dynamic tree" if nodes else f", {tree}"))
+            + ("" if tree == "eagle25" else f", {_tree(tree)} tree"))
 
 
 def _by_arm(df: pd.DataFrame, keys: list[str], seeds: pd.Series | None = None) -> pd.DataFrame:
@@ -334,7 +339,7 @@ def readable(name: str, df: pd.DataFrame) -> pd.DataFrame:
         return df
     if name == "verdicts":
         return pd.DataFrame({
-            "family": df.family, "comparison": df.comparison, "tree": df.tree, "steps": df.budget,
+            "family": df.family, "comparison": df.comparison, "tree": df.tree.map(_tree), "steps": df.budget,
             "tau ratio [interval]": [f"{r.ratio:.3f} [{r.lo:.3f}, {r.hi:.3f}]" for r in df.itertuples()],
             "p (Holm)": [f"{r.p:.2g} ({r.p_holm:.2g})" for r in df.itertuples()],
             "seeds, prompts": [f"{r.seeds}, {r.prompts}" for r in df.itertuples()], "verdict": df.verdict})
@@ -399,8 +404,9 @@ def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataF
         lines += [f"- **{r.comparison}** (tau ratio, {r.tree}, {r.budget} steps, {r.seeds} seeds, "
                   f"{r.prompts} prompts): {r.ratio:.3f} [{r.lo:.3f}, {r.hi:.3f}] at {r.level:.1%}: **{r.verdict}**."]
     names = {
-        "verdicts": ("Every comparison", "The tau ratio with its interval over seeds and prompts (97.5% for the "
-                     "primary pair, 95% otherwise); p two-sided from the bootstrap, Holm's within each family."),
+        "verdicts": ("The secondary comparisons", "The tau ratio with its interval over seeds and prompts (95%); p "
+                     "two-sided from the bootstrap, Holm's within each family. Every comparison, the primary two "
+                     "with their p-values too, is in `verdicts.csv`."),
         "spread": ("tau per arm", "The seeds' mean tau at each budget and tree (EAGLE-1's 25-node tree unless "
                    "named), with the seed-to-seed standard deviation and the half-width of one seed's 95% interval "
                    "over prompts in brackets."),
@@ -409,16 +415,21 @@ def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataF
         "grid": ("Learning-rate grids", f"The dev measure (simulated chain length) of seed 0 after {design.main} "
                  "steps, per learning rate; the best rate (in bold) is chosen, and a best rate at the grid's edge "
                  "extends the grid once." + _still_at_edge(design, tables.get("grid"))),
-        "curve": ("Seed 0 at every annealed budget", "tau on the 25-node tree. " + _tokens_seen(tables.get("curve"))),
+        "curve": ("The learning curve", f"Seed 0 of {', '.join((*design.primary, design.reference))} at every "
+                  "annealed budget, tau on the 25-node tree (the other arms' are in `curve.csv`). "
+                  + _tokens_seen(tables.get("curve"))),
         "fits": ("tau against tokens, read at the paper's budget", "A range, not a prediction; EAGLE-3's published "
                  "data scaling is about +7% of tau - 1 per doubling (LLaMA-3.1-8B, 1x to 8x ShareGPT)."),
         "data": ("Data or repetition", "The tau ratio from twice the steps beside the one from twice the unique "
                  "data, seed 0."),
         "published": ("The published drafts", "`results/study/drafts/`, bf16: tau replayed from them by `clover2 "
                       "study check` beside the committed tau of the run each came from.")}
+    shown = {"verdicts": lambda d: d[d.family != "primary"],  # the primary pair is above, in words
+             "curve": lambda d: d[d.arm.isin((*design.primary, design.reference))]}
     for key, (title, note) in names.items():
         if key in tables:
-            lines += ["", f"## {title}", "", note, "", markdown(readable(key, tables[key]))]
+            table = shown.get(key, lambda d: d)(tables[key]) if not tables[key].empty else tables[key]
+            lines += ["", f"## {title}", "", note, "", markdown(readable(key, table))]
     left = status[status.state != "done"]
     runs = left.groupby("arm", sort=False).run.size()
     todo = "Every planned run is done." if left.empty else (
