@@ -39,6 +39,9 @@ def test_speedup_findings_follow_the_numbers():
     text = report.speedup_findings(_bench(), env, pd.DataFrame({"n_tokens": [1, 4, 8], "relative": [1, 1.2, 1.4]}))
     assert "`pld`, 1.20x" in text and "ratio 1.07" in text and "3 nodes, depth 2" in text
     assert "N = 4: 1.20x" in text and "100% of greedy" in text and "idle" in text
+    assert "26-token tree" not in text  # the curve stops at 8: nothing to interpolate
+    wide = report.speedup_findings(_bench(), env, pd.DataFrame({"n_tokens": [1, 24, 32], "relative": [1, 2.2, 2.6]}))
+    assert "the paper's 26-token tree, interpolated: 2.30x" in wide
     none = report.speedup_findings(_bench(fitted_speedup=1.0), ENV | {
         "other_load": 0.5, "fitted_trees": {"clover2": {"budget": 0, "depth": 0, "predicted_speedup": 0.9}}})
     assert "drafts nothing" in none and "contention" in none

@@ -239,8 +239,10 @@ def speedup_findings(table: pd.DataFrame, env: dict, curve: pd.DataFrame | None 
         at = [k for k in (4, 8, 16, 24, 64) if k in cost]
         where = "" if engine == "eager" else f", engine `{engine}`"
         one = f", {c.median_ms.iloc[0]:.2f} ms" if "median_ms" in c else ""
+        paper = (f"; the paper's 26-token tree, interpolated: {np.interp(26, c.n_tokens, c.relative):.2f}x"
+                 if c.n_tokens.min() <= 26 <= c.n_tokens.max() else "")
         lines.append(f"- **Verification cost**{where} (one forward of N tokens over one of 1{one}): "
-                     + ", ".join(f"N = {k}: {cost[k]:.2f}x" for k in at)
+                     + ", ".join(f"N = {k}: {cost[k]:.2f}x" for k in at) + paper
                      + ". A tree of N - 1 nodes pays only if tau exceeds that cost plus the draft's.")
     costs = None if runs is None else draft_step_costs(runs)
     if costs is not None and len(costs):
