@@ -401,7 +401,7 @@ def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataF
     if primary.empty:
         lines += ["No primary comparison has its replays yet.", ""]
     for r in primary.itertuples():
-        lines += [f"- **{r.comparison}** (tau ratio, {r.tree}, {r.budget} steps, {r.seeds} seeds, "
+        lines += [f"- **{r.comparison}** (tau ratio, {_tree(r.tree)} tree, {r.budget} steps, {r.seeds} seeds, "
                   f"{r.prompts} prompts): {r.ratio:.3f} [{r.lo:.3f}, {r.hi:.3f}] at {r.level:.1%}: **{r.verdict}**."]
     names = {
         "verdicts": ("The secondary comparisons", "The tau ratio with its interval over seeds and prompts (95%); p "
