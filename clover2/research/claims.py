@@ -146,7 +146,7 @@ def cpu_claims(results: Path) -> list[Claim]:
                      "tested against the exact distribution ({doc}`decoding`)",
                      "reproduced" if identical == 1 else "not reproduced", page))
     t0 = runs[(runs.temperature == 0) & (runs.repeat == 0)]
-    ms = {m: draft_ms_per_step(g) for m, g in t0.groupby("method")}  # as the speedup page's cost table
+    ms = {m: draft_ms_per_step(g) for m, g in t0.groupby("method")}  # as the speedup page's draft-step line
     c, e = ms["clover2@eagle25"], ms["eagle1@eagle25"]
     ratio, lo, hi = geometric_mean((c / e.reindex(c.index)).to_numpy(), _picks(len(c)))
     out.append(Claim("Clover-2's draft step costs less than EAGLE-1's", "(the design: its layers run once a step)",
@@ -242,8 +242,8 @@ def speeds(results: Path, draft: str = "clover2") -> str:
                 return f"`--method {name.split('+')[0]}`" if "+" in name else "(drafts nothing here: plain decoding)"
             tree = f"chain{fit['depth']}" if fit.get("budget") == fit.get("depth") else \
                 f"dynamic:{fit['budget']}:{fit['depth']}:8"
-        draft = " --draft DRAFT" if any(a in name for a in ("clover", "eagle", "medusa")) else ""
-        return f"`--method {name}" + (f" --tree {tree}" if tree else "") + f"{draft}`"
+        needs = " --draft DRAFT" if any(a in name for a in ("clover", "eagle", "medusa")) else ""
+        return f"`--method {name}" + (f" --tree {tree}" if tree else "") + f"{needs}`"
 
     rows = rows[[not flags(m).startswith("(") and m.split("@")[0].split("+")[-1] in (draft, "pld", "suffix", "tr")
                  for m in rows.method]]

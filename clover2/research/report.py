@@ -244,8 +244,7 @@ def speedup_findings(table: pd.DataFrame, env: dict, curve: pd.DataFrame | None 
         lines.append(f"- **Verification cost**{where} (one forward of N tokens over one of 1{one}): "
                      + ", ".join(f"N = {k}: {cost[k]:.2f}x" for k in at) + paper
                      + ". A tree of N - 1 nodes pays only if tau exceeds that cost plus the draft's.")
-    costs = None if runs is None else draft_step_costs(runs)
-    if costs is not None and len(costs):
+    if runs is not None and len(costs := draft_step_costs(runs)):
         lines.append("- **Draft step** (median over prompts, in ms and over a plain step: the d of the cost "
                      "model): "
                      + ", ".join(f"`{m}` {r['draft ms / step']:.2f} ms ({r['over a plain step']:.2f})"

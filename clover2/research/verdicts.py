@@ -305,10 +305,6 @@ def markdown(df: pd.DataFrame, digits: int = 3) -> str:
     return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in cells.itertuples(index=False)])
 
 
-def _data(share: pd.Series) -> pd.Series:
-    return share.map(lambda x: "all" if x == 1 else f"{x:.0%}")
-
-
 def _tree(tree: str) -> str:
     """A tree as a reader names it: EAGLE-1's 25 nodes, or a dynamic tree by its node budget."""
     return "25-node" if tree == "eagle25" else f"{tree.split(':')[1]}-node dynamic" if tree.startswith("dynamic:") \
@@ -323,7 +319,7 @@ def _column(budget: int, share: float, tree: str = "eagle25") -> str:
 def _by_arm(df: pd.DataFrame, keys: list[str], seeds: pd.Series | None = None) -> pd.DataFrame:
     """`df`'s `value` with one row per arm and one column per combination of `keys` (budget first)."""
     wide = df.pivot_table(index="arm", columns=keys, values="value", aggfunc="first")
-    order = sorted(wide.columns, key=lambda k: (k[0], -k[1], *(k[2:] and (k[2] != "eagle25",))))
+    order = sorted(wide.columns, key=lambda k: (k[0], -k[1], len(k) > 2 and k[2] != "eagle25"))  # 25-node first
     wide = wide[order]
     wide.columns = [_column(*k) for k in order]
     out = wide.fillna("").reset_index()
