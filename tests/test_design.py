@@ -51,6 +51,10 @@ def test_a_plan_runs_each_grid_then_the_seeds_at_the_chosen_rate_then_the_curve(
     assert names[8:] == ["c2/lr0.001-s1/b10", "c2/lr0.001-s1/b5", "e1/lr0.003-s1/b10", "e1/lr0.003-s1/b5",
                          "c2/lr0.001-s0/b20", "c2/lr0.001-s0-share0.5/b10",
                          "e1/lr0.003-s0/b20", "e1/lr0.003-s0-share0.5/b10", "abl/lr0.001-s0/b10", "abl/lr0.001-s0/b5"]
+    three = replace(fixed, arms={k: replace(v, seeds=3) for k, v in fixed.arms.items()})
+    seeds = [r.name for r in plan(three, dev, 0.2)[8:16]]  # seed by seed: a study cut short keeps its arms level
+    assert seeds == ["c2/lr0.001-s1/b10", "c2/lr0.001-s1/b5", "e1/lr0.003-s1/b10", "e1/lr0.003-s1/b5",
+                     "c2/lr0.001-s2/b10", "c2/lr0.001-s2/b5", "e1/lr0.003-s2/b10", "e1/lr0.003-s2/b5"]
     long = plan(fixed, dev, 0.2)[12]
     assert long.parent == main and long.parent_step == 8 and long.steps == 12  # continues the main run's stable phase
     # an edge winner extends the grid by one value beyond it, and the choice waits for that run
@@ -137,6 +141,16 @@ def test_a_small_study_trains_records_replays_and_resumes(tmp_path, monkeypatch)
     assert sidecar["probe"] == probe(load_draft(published[0], target), target) and len(sidecar["probe"]["tokens"]) == 3
     check = experiment.check_published()
     assert check.arm.tolist() == ["c2", "e1"] and check.difference.abs().max() < 0.5
+    # on a machine without the cache the parent's kept states are gone: the branch trains from step 0,
+    # and that is the same run (the same weights)
+    short = next(r for r in experiment.plan() if r.parent is not None)
+    weights = runs.set_index("run").weights_sha256
+    shutil.rmtree(experiment.folder(short.parent) / "states")
+    shutil.rmtree(experiment.folder(short))
+    runs[runs.run != short.name].to_csv(study.results / "runs.csv", index=False)
+    experiment.train(short)
+    again = pd.read_csv(study.results / "runs.csv").set_index("run")
+    assert again.loc[short.name, "weights_sha256"] == weights[short.name] and len(again) == len(runs)
 
 
 def test_a_profile_without_a_design_or_with_another_schedule_is_refused(tmp_path):

@@ -5,8 +5,8 @@ A profile's `design` section (`DesignConfig`) names the arms (a draft variant of
 `clover2.research.study.VARIANTS`, a grid of learning rates, a number of seeds, the tier that says
 when it runs), the budgets and the evaluation. From those and from what has finished, `plan` lists
 every training run in the order the protocol gives: each tier's learning-rate grid (seed 0), then
-its seeds at the rate chosen on the dev measure; after the first two tiers, the learning curve and
-the half-data runs of the primary arms; then the rest.
+its seeds at the rate chosen on the dev measure (seed 1 of every arm, then seed 2, ...); after the
+first two tiers, the learning curve and the half-data runs of the primary arms; then the rest.
 
 Every run is warmup-stable-decay and annealed at its own budget. The main-budget run keeps its state
 at the start of each shorter budget's decay, and the shorter run continues from there
@@ -200,15 +200,16 @@ def chosen_lr(design: DesignConfig, arm: str, dev: dict[tuple[str, float], float
 def plan(design: DesignConfig, dev: dict[tuple[str, float], float], decay_share: float) -> list[Run]:
     """Every run known so far, in the order the study runs them (a seed's runs appear once its
     arm's rate is chosen; the curve once the primary arms' and the reference's are)."""
-    def tier(t: int) -> list[Run]:  # its arms' grids, then their seeds at the chosen rates
+    def tier(t: int) -> list[Run]:  # its arms' grids, then their seeds at the chosen rates, seed by seed
         arms = [a for a, spec in design.arms.items() if spec.tier == t]
         runs = [r for a in arms if not design.arms[a].lr_from
                 for lr in grid(design, a, dev) for r in seed_runs(design, a, lr, 0, decay_share)]
-        for a in arms:
-            lr, spec = chosen_lr(design, a, dev), design.arms[a]
-            if lr is not None:
-                runs += [r for k in range(0 if spec.lr_from else 1, spec.seeds)
-                         for r in seed_runs(design, a, lr, k, decay_share)]
+        chosen = {a: chosen_lr(design, a, dev) for a in arms}
+        # round robin: seed k of every arm before seed k + 1 of any, so that a study cut short leaves
+        # its arms with equal numbers of seeds
+        runs += [r for k in range(max((design.arms[a].seeds for a in arms), default=0)) for a in arms
+                 if chosen[a] is not None and (design.arms[a].lr_from or k > 0) and k < design.arms[a].seeds
+                 for r in seed_runs(design, a, chosen[a], k, decay_share)]
         return runs
 
     tiers = sorted({a.tier for a in design.arms.values()})
@@ -341,7 +342,10 @@ class Experiment:
             pass
 
     def train(self, run: Run) -> None:
-        """Train a run (continuing from its parent's kept state), then record it."""
+        """Train a run (continuing from its parent's kept state), then record it. Where the parent is
+        recorded but its state is gone (a study moved to a machine without its cache), the run trains
+        from step 0: the same run, warmup-stable-decay being the same up to its decay, at the cost
+        of the parent's steps."""
         if run.parent is not None and run.parent.name not in set(self.records().run):
             self.train(run.parent)
         out = self.folder(run)
@@ -349,6 +353,9 @@ class Experiment:
             draft_config, recipe = self.configs(run)
             start = (None if run.parent is None
                      else self.folder(run.parent) / "states" / f"step_{run.parent_step:06d}.pt")
+            if start is not None and not start.exists():
+                print(f"{run.name}: {start} is gone; training from step 0", flush=True)
+                start = None
             self.study.prepare_data(self.data_dir, self.eval_dir)
             train(self.study.target, self.data_dir, out, draft_config, recipe, eval_dir=self.eval_dir,
                   start_from=start)
