@@ -15,6 +15,7 @@ from clover2.research.verdicts import (
     holm,
     log_linear,
     power,
+    power_law,
     primary_verdict,
     spread,
     verdicts,
@@ -95,14 +96,19 @@ def test_a_replay_missing_a_prompt_is_refused():
         cells(r.drop(index=r.index[(r.arm == "c2") & (r.seed == 1) & (r.prompt == 3)]), DESIGN, DEV)
 
 
-def test_curve_fits_recover_a_log_linear_law_and_give_a_range():
+def test_curve_fits_recover_a_log_linear_law_and_a_power_law_and_give_a_range():
     tokens = np.array([3e5, 6e5, 1.2e6, 2.4e6])
     points = pd.DataFrame({"arm": "c2", "tokens": tokens, "tau": log_linear(tokens, -1.5, 0.15)})
     fit = curve_fits(points, at=1.18e9).iloc[0]
     assert fit.at_budget_log_linear == pytest.approx(log_linear(1.18e9, -1.5, 0.15))
     assert fit.range_lo <= fit.at_budget_log_linear <= fit.range_hi and fit.points == 4
-    tau_end = log_linear(2.4e6, -1.5, 0.15)
-    assert fit.relative_slope_per_doubling == pytest.approx(0.15 * np.log(2) / (tau_end - 1))
+    assert fit.range_hi > fit.range_lo  # the forms disagree far beyond the points: a range, not a number
+    # tau - 1 gaining 7% a doubling (EAGLE-3's data scaling): the power law finds it exactly
+    power = pd.DataFrame({"arm": "e", "tokens": tokens[:3], "tau": power_law(tokens[:3], 1e-3, np.log2(1.07))})
+    fit = curve_fits(power, at=1.18e9).iloc[0]
+    assert fit.relative_slope_per_doubling == pytest.approx(0.07)
+    assert fit.at_budget_power_law == pytest.approx(power_law(1.18e9, 1e-3, np.log2(1.07)))
+    assert fit.points == 3 and "at_budget_saturating" not in fit.index  # three parameters need a fourth point
 
 
 def test_the_pages_tables_show_rates_and_counts_as_a_reader_writes_them():
