@@ -75,3 +75,18 @@ def test_the_speeds_table_says_how_to_run_each_method(tmp_path):
     assert "| `--method pld` |" in text and "chain0" not in text
     # what a user cannot run with the published draft is on the benchmark's page, not here
     assert "(drafts nothing here: plain decoding)" not in text and "eagle1@eagle25" not in text and "hf-pld" not in text
+
+
+def test_an_arm_cut_for_machine_time_reads_as_cut_not_as_undecided(tmp_path):
+    from dataclasses import replace
+
+    from clover2.profiles import load_profile
+    from clover2.research.claims import study_claims
+
+    design = load_profile("study").design
+    cut = ("clover1", "clover2-no-projector", "clover2-hard-labels")
+    arms = {a: replace(s, cut=a in cut) for a, s in design.arms.items()}
+    found = {c.claim: c.status for c in study_claims(_copy(tmp_path), replace(design, arms=arms))}
+    assert found["Clover-2 predicts more tokens per step than Clover-1"] == "cut for machine time"
+    assert found["Each of Clover-2's parts helps"] == "cut for machine time"
+    assert found["Clover-2 predicts more tokens per step than EAGLE-3 and Medusa-1"] == "not decided yet"

@@ -65,8 +65,17 @@ def test_a_plan_runs_each_grid_then_the_seeds_at_the_chosen_rate_then_the_curve(
     assert chosen_lr(DESIGN, "c2", dev | {("c2", 3e-4): 1.5}) == 3e-4
 
 
+def test_a_cut_arm_is_never_planned_and_never_waits():
+    dev = {("c2", 1e-3): 1.4, ("c2", 3e-3): 1.3, ("e1", 1e-3): 1.2, ("e1", 3e-3): 1.25}
+    design = replace(DESIGN, extend_edge=False, arms=DESIGN.arms | {"abl": replace(DESIGN.arms["abl"], cut=True)})
+    assert design.cut == ("abl",) and not any(r.arm == "abl" for r in plan(design, dev, 0.2))
+    assert any(r.arm == "abl" for r in plan(replace(design, arms=DESIGN.arms, extend_edge=False), dev, 0.2))
+
+
 @pytest.mark.parametrize("bad, match", [({"reference": "x"}, "must be arms"), ({"budgets": (10, 5)}, "increasing"),
-                                        ({"curve": (8,)}, "beyond the main"), ({"half_data": 1.0}, "half_data")])
+                                        ({"curve": (8,)}, "beyond the main"), ({"half_data": 1.0}, "half_data"),
+                                        ({"arms": DESIGN.arms | {"c2": replace(DESIGN.arms["c2"], cut=True)}},
+                                         "cannot be cut")])
 def test_a_nonsense_design_is_refused(bad, match):
     with pytest.raises(Clover2Error, match=match):
         replace(DESIGN, **bad)

@@ -61,6 +61,9 @@ class Arm:
     seeds: int = 3  # training seeds at the chosen rate, seed 0 (the grid's own run) included
     tier: int = 1  # when it runs: tiers 1 and 2 before the learning curve, higher ones after it
     lr_from: str = ""  # instead of a grid: the rate another arm chose (an ablation keeps its parent's)
+    # planned, then cut for machine time (book/protocol.md, "Order and cuts"): never run, and named as
+    # cut on the results page and the front page, never as undecided
+    cut: bool = False
 
     def __post_init__(self):
         if bool(self.lrs) == bool(self.lr_from) or any(lr <= 0 for lr in self.lrs) or self.seeds < 1 or self.tier < 1:
@@ -94,6 +97,9 @@ class DesignConfig:
                                f"{sorted(names)}")
         if any(a.lr_from and a.lr_from not in names for a in self.arms.values()):
             raise Clover2Error("design: lr_from must name another arm")
+        if set(self.cut) & {self.reference, *self.primary, *(a.lr_from for a in self.arms.values() if not a.cut)}:
+            raise Clover2Error(f"design: the reference, the primary arms and an arm another takes its rate from "
+                               f"cannot be cut: {self.cut}")
         if not self.budgets or list(self.budgets) != sorted(set(self.budgets)) or self.budgets[0] < 1:
             raise Clover2Error(f"design: budgets must be increasing step counts >= 1: {self.budgets}")
         if any(c <= self.main for c in self.curve) or list(self.curve) != sorted(set(self.curve)):
@@ -115,6 +121,11 @@ class DesignConfig:
     @property
     def main(self) -> int:
         return self.budgets[-1]
+
+    @property
+    def cut(self) -> tuple[str, ...]:
+        """The arms cut for machine time, in the protocol's order."""
+        return tuple(a for a, spec in self.arms.items() if spec.cut)
 
 
 @dataclass(frozen=True)
@@ -201,7 +212,7 @@ def plan(design: DesignConfig, dev: dict[tuple[str, float], float], decay_share:
     """Every run known so far, in the order the study runs them (a seed's runs appear once its
     arm's rate is chosen; the curve once the primary arms' and the reference's are)."""
     def tier(t: int) -> list[Run]:  # its arms' grids, then their seeds at the chosen rates, seed by seed
-        arms = [a for a, spec in design.arms.items() if spec.tier == t]
+        arms = [a for a, spec in design.arms.items() if spec.tier == t and not spec.cut]
         runs = [r for a in arms if not design.arms[a].lr_from
                 for lr in grid(design, a, dev) for r in seed_runs(design, a, lr, 0, decay_share)]
         chosen = {a: chosen_lr(design, a, dev) for a in arms}
@@ -485,7 +496,7 @@ class Experiment:
                          "to_replay": " ".join(t for t in self.trees(run, dev) if (run.name, t) not in replayed)})
         listed = {(r["arm"], r["seed"]) for r in rows}
         for arm, spec in self.design.arms.items():
-            if chosen_lr(self.design, arm, dev) is None:
+            if chosen_lr(self.design, arm, dev) is None and not spec.cut:
                 rows += [{"run": f"{arm}/(rate to be chosen)-s{k}", "arm": arm, "lr": math.nan, "seed": k,
                           "budget": self.design.main, "share": 1.0, "steps": math.nan, "state": "waits for the grid",
                           "to_replay": ""} for k in range(1, spec.seeds) if (arm, k) not in listed]

@@ -121,8 +121,8 @@ def comparisons(design: DesignConfig, table: dict[Key, Cell]) -> list[dict]:
     the budget family compares a primary ratio at the shorter budget with the main one."""
     main, half = design.main, design.budgets[0]
     ref = design.reference
-    rivals = [a for a, s in design.arms.items() if s.tier == 2]
-    parts = [a for a, s in design.arms.items() if s.lr_from]
+    rivals = [a for a, s in design.arms.items() if s.tier == 2 and not s.cut]
+    parts = [a for a, s in design.arms.items() if s.lr_from and not s.cut]
     key = lambda arm, budget=main, tree="eagle25": (arm, budget, 1.0, tree)  # noqa: E731
     dynamic = [t for t in design.main_trees]
     families = {
@@ -439,5 +439,7 @@ def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataF
         f"{len(left)} runs ({int(left.steps.isna().sum())} of them wait for their arm's learning rate), "
         f"{int(left.steps.sum()):,} training steps planned for the others; by arm: "
         + ", ".join(f"{arm} {n}" for arm, n in runs.items()) + ".")
-    lines += ["", "## Not finished", "", todo + " `clover2 study status` lists every run.", ""]
+    cut = (f" Cut for machine time, so not run: {', '.join(design.cut)} (the protocol's \"Order and cuts\" says "
+           "what each cut costs)." if design.cut else "")
+    lines += ["", "## Not finished", "", todo + cut + " `clover2 study status` lists every run.", ""]
     return "\n".join(lines)
