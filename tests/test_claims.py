@@ -90,3 +90,12 @@ def test_an_arm_cut_for_machine_time_reads_as_cut_not_as_undecided(tmp_path):
     assert found["Clover-2 predicts more tokens per step than Clover-1"] == "cut for machine time"
     assert found["Each of Clover-2's parts helps"] == "cut for machine time"
     assert found["Clover-2 predicts more tokens per step than EAGLE-3 and Medusa-1"] == "not decided yet"
+
+
+def test_the_speed_of_the_pair_on_a_cpu_is_shown_but_not_judged(tmp_path):
+    results = _copy(tmp_path)
+    (results / "study/speed").mkdir(parents=True)
+    pd.DataFrame([{"method": "clover2@eagle25=clover2-official", "versus": "eagle1@eagle25=eagle1", "speed_ratio": 1.2,
+                   "speed_ratio_lo": 1.1, "speed_ratio_hi": 1.3}]).to_csv(results / "study/speed/paired.csv")
+    claim = next(c for c in claims(results) if c.claim.startswith("Clover-2 decodes faster than EAGLE-1"))
+    assert claim.status == "not testable here" and claim.here.startswith("1.200x [1.100, 1.300] on one CPU")

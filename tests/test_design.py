@@ -157,6 +157,7 @@ def test_a_small_study_trains_records_replays_and_resumes(tmp_path, monkeypatch)
     shutil.rmtree(experiment.folder(short.parent) / "states")
     shutil.rmtree(experiment.folder(short))
     runs[runs.run != short.name].to_csv(study.results / "runs.csv", index=False)
+    assert experiment.status().set_index("run").loc[short.name, "steps"] == short.budget  # all of it, not its tail
     experiment.train(short)
     again = pd.read_csv(study.results / "runs.csv").set_index("run")
     assert again.loc[short.name, "weights_sha256"] == weights[short.name] and len(again) == len(runs)

@@ -362,15 +362,20 @@ class Experiment:
         out = self.folder(run)
         if not (out / SIDECAR).exists():
             draft_config, recipe = self.configs(run)
-            start = (None if run.parent is None
-                     else self.folder(run.parent) / "states" / f"step_{run.parent_step:06d}.pt")
-            if start is not None and not start.exists():
-                print(f"{run.name}: {start} is gone; training from step 0", flush=True)
-                start = None
+            start = self.kept_state(run)
+            if run.parent is not None and start is None:
+                print(f"{run.name}: {run.parent.name}'s state at step {run.parent_step} is gone; training from step 0",
+                      flush=True)
             self.study.prepare_data(self.data_dir, self.eval_dir)
             train(self.study.target, self.data_dir, out, draft_config, recipe, eval_dir=self.eval_dir,
                   start_from=start)
         self._record(run)
+
+    def kept_state(self, run: Run) -> Path | None:
+        """The state a run continues from: its parent's at `parent_step`, or None (step 0) where it has
+        no parent or that state is gone."""
+        path = None if run.parent is None else self.folder(run.parent) / "states" / f"step_{run.parent_step:06d}.pt"
+        return path if path is not None and path.exists() else None
 
     def _record(self, run: Run) -> None:
         meta = json.loads((self.folder(run) / SIDECAR).read_text())
@@ -491,8 +496,9 @@ class Experiment:
         for run in self.plan():
             ckpt = self.folder(run) / "checkpoint" / "state.pt"
             state = "done" if run.name in done else (f"at step {_step(ckpt)}" if ckpt.exists() else "to do")
+            lost = run.parent is not None and run.parent.name in done and self.kept_state(run) is None
             rows.append({"run": run.name, "arm": run.arm, "lr": run.lr, "seed": run.seed, "budget": run.budget,
-                         "share": run.share, "steps": run.steps, "state": state,
+                         "share": run.share, "steps": run.budget if lost else run.steps, "state": state,
                          "to_replay": " ".join(t for t in self.trees(run, dev) if (run.name, t) not in replayed)})
         listed = {(r["arm"], r["seed"]) for r in rows}
         for arm, spec in self.design.arms.items():
