@@ -120,6 +120,8 @@ def test_a_small_study_trains_records_replays_and_resumes(tmp_path, monkeypatch)
     assert set(status[status.state == "waits for the grid"].arm) == {"e1"} and (status.arm == "c2").sum() == 6
     experiment.run()
     runs, replays = pd.read_csv(study.results / "runs.csv"), pd.read_csv(study.results / "replays.csv")
+    sitting = pd.read_csv(study.results / "sittings.csv").iloc[-1]  # the study's machine time, sitting by sitting
+    assert sitting.ended == "finished" and sitting.runs_trained == 9 and sitting.seconds > 0 and sitting.cpu
     assert len(runs) == 12 and set(experiment.status().state) == {"done"}
     chosen = {a: chosen_lr(prof.design, a, experiment.dev()) for a in ("c2", "e1")}
     evaluated = runs[runs.lr == runs.arm.map(chosen)]
@@ -133,6 +135,7 @@ def test_a_small_study_trains_records_replays_and_resumes(tmp_path, monkeypatch)
             and set(speed.draft_weights.dropna()) == {"float"})
     branch = runs.set_index("run").loc["c2/lr0.001-s0/b5"]
     assert branch.budget == 5 and branch.tokens < runs.set_index("run").loc["c2/lr0.001-s0/b10"].tokens
+    assert branch.own_steps == 1 and 0 < branch.own_seconds < branch.train_seconds  # its own step, not its parent's
     kept = torch.load(experiment.folder(experiment.plan()[0]) / "states" / "step_000004.pt", weights_only=False)
     assert kept["state"]["step"] == 4
     # the results page and its tables come from the records alone
@@ -161,6 +164,7 @@ def test_a_small_study_trains_records_replays_and_resumes(tmp_path, monkeypatch)
     experiment.train(short)
     again = pd.read_csv(study.results / "runs.csv").set_index("run")
     assert again.loc[short.name, "weights_sha256"] == weights[short.name] and len(again) == len(runs)
+    assert again.loc[short.name, "own_steps"] == short.budget
 
 
 def test_a_profile_without_a_design_or_with_another_schedule_is_refused(tmp_path):

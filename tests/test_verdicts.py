@@ -174,3 +174,17 @@ def test_the_page_gives_the_primary_pair_in_words_and_the_rest_in_one_table():
     primary, rest = text.split("## The secondary comparisons")
     assert "- **c2 / e1**" in primary and "| primary |" not in rest and "| architectures | c2 / m |" in rest
     assert "| 25-node |" in rest and "Every planned run is done." in text
+
+
+def test_machine_time_counts_each_runs_own_steps_once():
+    from clover2.research.verdicts import machine_time
+
+    runs = pd.DataFrame({"run": ["a/b600", "a/b300", "b/b600", "b/b300"], "cpu": ["X", "X", "Y", "Y"],
+                         "budget": [600, 300, 600, 300], "train_seconds": [3600.0, 1800.0, 7200.0, 4000.0],
+                         "own_seconds": [np.nan, np.nan, 7200.0, 400.0]})  # X's rows predate own_seconds
+    sittings = pd.DataFrame({"cpu": ["Y", "Y"], "seconds": [3600, 5400]})
+    table = machine_time(runs, sittings, main=600).set_index("cpu")
+    assert table.loc["X", "training_hours"] == pytest.approx(1 + 0.2 * 0.5)  # the branch's last fifth
+    assert table.loc["Y", "training_hours"] == pytest.approx(2 + 400 / 3600)
+    assert table.loc["Y", "sittings"] == 2 and table.loc["Y", "sitting_hours"] == pytest.approx(2.5)
+    assert np.isnan(table.loc["X", "sitting_hours"])

@@ -270,6 +270,7 @@ class Experiment:
                                f"runs; set train.schedule: wsd (it is {study.profile.train.schedule!r})")
         self.decay_share = study.profile.train.decay_share
         self.runs_csv, self.replays_csv = study.results / "runs.csv", study.results / "replays.csv"
+        self.sittings_csv = study.results / "sittings.csv"
         self.commit = commit()  # the code this process runs, whatever is checked out while it does
 
     @property
@@ -348,9 +349,22 @@ class Experiment:
         return False
 
     def run(self) -> None:
-        """Everything left, in order; each step resumes where an interrupted one stopped."""
-        while self.next_step():
-            pass
+        """Everything left, in order; each step resumes where an interrupted one stopped. Each sitting
+        (finished or stopped) adds a row to `sittings.csv`: its wall-clock time, machine and what it did,
+        which add up to the study's machine time."""
+        started, before = datetime.now(timezone.utc), (len(self.records()), len(self.replayed()))
+        ended = "interrupted"
+        try:
+            while self.next_step():
+                pass
+            ended = "finished"
+        finally:
+            row = {"started": started.isoformat(timespec="seconds"),
+                   "seconds": round((datetime.now(timezone.utc) - started).total_seconds()),
+                   "cpu": machine()["cpu_name"], "commit": self.commit, "runs_trained": len(self.records()) - before[0],
+                   "replays": len(self.replayed()) - before[1], "ended": ended}
+            old = pd.read_csv(self.sittings_csv) if self.sittings_csv.exists() else pd.DataFrame()
+            write_csv(self.sittings_csv, pd.concat([old, pd.DataFrame([row])], ignore_index=True))
 
     def train(self, run: Run) -> None:
         """Train a run (continuing from its parent's kept state), then record it. Where the parent is
@@ -384,10 +398,13 @@ class Experiment:
         sequences = sum(1 for s in data.source if s in recipe.sources)  # the training mix's sequences (held-out apart)
         sequences = max(1, round(run.share * sequences))
         state, ev = meta["train_state"], meta["eval"]
+        kept = self.kept_state(run)  # the parent's steps and seconds are in `state` too: this run's own are the rest
+        inherited = torch.load(kept, weights_only=False)["state"] if kept else {"step": 0, "seconds": 0.0}
         row = {"run": run.name, "arm": run.arm, "variant": self.design.arms[run.arm].variant, "lr": run.lr,
                "seed": run.seed, "budget": run.budget, "share": run.share, "tokens": state["tokens"],
                "epochs": round(run.budget * recipe.batch_size / sequences, 3), "train_seconds": state["seconds"],
-               "seconds_per_step": state["seconds"] / run.budget, "dev": dev_measure(ev),
+               "seconds_per_step": state["seconds"] / run.budget, "own_steps": run.budget - inherited["step"],
+               "own_seconds": state["seconds"] - inherited["seconds"], "dev": dev_measure(ev),
                **{f"top1_head{k}": a for k, a in enumerate(pooled_top1(ev))},
                "weights_sha256": meta["weights_sha256"], "commit": self.commit, "cpu": machine()["cpu_name"],
                "finished": datetime.now(timezone.utc).isoformat(timespec="seconds")}

@@ -294,6 +294,22 @@ def analyze(design: DesignConfig, runs: pd.DataFrame, replays: pd.DataFrame, dev
     return tables
 
 
+def machine_time(runs: pd.DataFrame, sittings: pd.DataFrame, main: int) -> pd.DataFrame:
+    """Where the study's machine time went, per CPU: the hours its runs trained (`runs.csv`, wall clock
+    on a machine that may have been shared) and the hours of the sittings of `clover2 study run`
+    logged in `sittings.csv` (data, training, replays and the speed run; logged from 2026-12-04)."""
+    own = runs.own_seconds if "own_seconds" in runs else pd.Series(np.nan, index=runs.index)
+    # rows written before own_seconds was recorded (budgets up to `main`): a shorter budget's branch
+    # trained its last fifth itself
+    branch = runs.budget < main
+    own = own.fillna(runs.train_seconds.where(~branch, runs.train_seconds * 0.2))
+    train = runs.assign(own=own / 3600).groupby("cpu").agg(runs=("run", "size"), training_hours=("own", "sum"))
+    if not sittings.empty:
+        logged = sittings.groupby("cpu").agg(sittings=("seconds", "size"), sitting_hours=("seconds", "sum"))
+        train = train.join(logged / [1, 3600], how="outer")
+    return train.reset_index()
+
+
 def markdown(df: pd.DataFrame, digits: int = 3) -> str:
     """A pipe table (floats rounded), for the generated results page."""
     if df.empty:
@@ -361,6 +377,10 @@ def readable(name: str, df: pd.DataFrame) -> pd.DataFrame:
             "tau at the paper's budget, range": [f"{r.range_lo:.2f}" if r.range_lo == r.range_hi
                                                  else f"{r.range_lo:.2f}-{r.range_hi:.2f}" for r in df.itertuples()],
             "gain in tau - 1 per doubling": df.relative_slope_per_doubling.map("{:+.0%}".format)})
+    if name == "machine":
+        out = df.rename(columns={"cpu": "CPU", "training_hours": "training hours", "sitting_hours": "sitting hours"})
+        return out.assign(**{c: out[c].map(lambda v: "" if pd.isna(v) else f"{v:.1f}" if "hours" in c else f"{v:.0f}")
+                             for c in out.columns if c != "CPU"})
     if name == "published":
         return df.rename(columns={"committed_tau": "committed tau", "published_tau": "replayed tau"})
     return df
@@ -425,6 +445,9 @@ def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataF
                  "law's; EAGLE-3's published data scaling is about +7% (LLaMA-3.1-8B, 1x to 8x ShareGPT)."),
         "data": ("Data or repetition", "The tau ratio from twice the steps beside the one from twice the unique "
                  "data, seed 0."),
+        "machine": ("Machine time", "Per CPU: the runs it trained and their training hours (wall clock, from "
+                    "`runs.csv`), and the sittings of `clover2 study run` with their hours (data, training, replays; "
+                    "logged in `sittings.csv` since 2026-12-04)."),
         "published": ("The published drafts", "`results/study/drafts/`, bf16: tau replayed from them by `clover2 "
                       "study check` beside the committed tau of the run each came from.")}
     shown = {"verdicts": lambda d: d[d.family != "primary"],  # the primary pair is above, in words
