@@ -109,6 +109,7 @@ def test_curve_fits_recover_a_log_linear_law_and_a_power_law_and_give_a_range():
     assert fit.relative_slope_per_doubling == pytest.approx(0.07)
     assert fit.at_budget_power_law == pytest.approx(power_law(1.18e9, 1e-3, np.log2(1.07)))
     assert fit.points == 3 and "at_budget_saturating" not in fit.index  # three parameters need a fourth point
+    assert curve_fits(power.iloc[:2], at=1.18e9).empty  # two points are no fit
 
 
 def test_the_pages_tables_show_rates_and_counts_as_a_reader_writes_them():

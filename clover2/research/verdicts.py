@@ -231,7 +231,7 @@ def curve_fits(points: pd.DataFrame, at: float) -> pd.DataFrame:
     for arm, g in points.groupby("arm"):
         g = g.sort_values("tokens")
         x, y = g.tokens.to_numpy(float), g.tau.to_numpy(float)
-        if len(g) < 2 or (y <= 1).any():
+        if len(g) < 3 or (y <= 1).any():  # two points are not a fit: each form passes through them
             continue
         b, a = np.polyfit(np.log(x), y - 1, 1)  # least squares of the log-linear law
         e, c = np.polyfit(np.log(x), np.log(y - 1), 1)  # and of the power law, on log(tau - 1)
