@@ -165,6 +165,9 @@ def test_a_small_study_trains_records_replays_and_resumes(tmp_path, monkeypatch)
     again = pd.read_csv(study.results / "runs.csv").set_index("run")
     assert again.loc[short.name, "weights_sha256"] == weights[short.name] and len(again) == len(runs)
     assert again.loc[short.name, "own_steps"] == short.budget
+    # a machine without the cache keeps what was published
+    shutil.rmtree(experiment.folder(experiment.plan()[0]))
+    assert [p.name for p in experiment.publish()] == ["c2", "e1"]
 
 
 def test_a_profile_without_a_design_or_with_another_schedule_is_refused(tmp_path):

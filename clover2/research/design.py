@@ -464,6 +464,12 @@ class Experiment:
             if run is None or run.name not in records.index:
                 continue
             source, dest = self.folder(run), self.published() / arm
+            if not (source / WEIGHTS).exists():  # a machine without the cache: what was published stays
+                if (dest / SIDECAR).exists() and json.loads((dest / SIDECAR).read_text()).get("run") == run.name:
+                    out.append(dest)
+                    continue
+                raise Clover2Error(f"{run.name}: its draft is not in {source} (another machine's cache?) and not "
+                                   f"published in {dest}; train it again with `clover2 study run`")
             weights = {k: v.to(torch.bfloat16) if v.is_floating_point() else v
                        for k, v in load_file(source / WEIGHTS).items()}
             with atomic_path(dest) as tmp:
