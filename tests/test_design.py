@@ -48,13 +48,13 @@ def test_a_plan_runs_each_grid_then_the_seeds_at_the_chosen_rate_then_the_curve(
     assert (chosen_lr(fixed, "c2", dev) == 1e-3 and chosen_lr(fixed, "abl", dev) == 1e-3
             and chosen_lr(fixed, "e1", {}) is None)
     names = [r.name for r in plan(fixed, dev, 0.2)]
-    assert names[8:] == ["c2/lr0.001-s1/b10", "c2/lr0.001-s1/b5", "e1/lr0.003-s1/b10", "e1/lr0.003-s1/b5",
+    assert names[8:] == ["e1/lr0.003-s1/b10", "e1/lr0.003-s1/b5", "c2/lr0.001-s1/b10", "c2/lr0.001-s1/b5",
                          "c2/lr0.001-s0/b20", "c2/lr0.001-s0-share0.5/b10",
                          "e1/lr0.003-s0/b20", "e1/lr0.003-s0-share0.5/b10", "abl/lr0.001-s0/b10", "abl/lr0.001-s0/b5"]
     three = replace(fixed, arms={k: replace(v, seeds=3) for k, v in fixed.arms.items()})
-    seeds = [r.name for r in plan(three, dev, 0.2)[8:16]]  # seed by seed: a study cut short keeps its arms level
-    assert seeds == ["c2/lr0.001-s1/b10", "c2/lr0.001-s1/b5", "e1/lr0.003-s1/b10", "e1/lr0.003-s1/b5",
-                     "c2/lr0.001-s2/b10", "c2/lr0.001-s2/b5", "e1/lr0.003-s2/b10", "e1/lr0.003-s2/b5"]
+    seeds = [r.name for r in plan(three, dev, 0.2)[8:16]]  # the reference's first: in every primary comparison
+    assert seeds == ["e1/lr0.003-s1/b10", "e1/lr0.003-s1/b5", "e1/lr0.003-s2/b10", "e1/lr0.003-s2/b5",
+                     "c2/lr0.001-s1/b10", "c2/lr0.001-s1/b5", "c2/lr0.001-s2/b10", "c2/lr0.001-s2/b5"]
     long = plan(fixed, dev, 0.2)[12]
     assert long.parent == main and long.parent_step == 8 and long.steps == 12  # continues the main run's stable phase
     # an edge winner extends the grid by one value beyond it, and the choice waits for that run
@@ -194,3 +194,20 @@ def test_the_study_keeps_its_data_and_runs_when_the_code_changes(tmp_path, monke
     other = Experiment(_Study(profile=replace(prof, data=replace(prof.data, tokens=prof.data.tokens + 1)),
                               target=tiny_target("llama"), results=tmp_path))
     assert other.data_dir != experiment.data_dir
+
+
+def test_a_sitting_stopped_by_sigterm_is_logged(tmp_path, monkeypatch):
+    import os
+    import signal
+
+    monkeypatch.setenv("CLOVER2_CACHE", str(tmp_path / "cache"))
+    smoke = load_profile("smoke")
+    prof = replace(smoke, train=replace(smoke.train, schedule="wsd"), design=DESIGN)
+    experiment = Experiment(_Study(profile=prof, target=tiny_target("llama"), results=tmp_path))
+    monkeypatch.setattr(Experiment, "next_step", lambda self: os.kill(os.getpid(), signal.SIGTERM) or True)
+    handler = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(SystemExit):
+        experiment.run()
+    sitting = pd.read_csv(experiment.sittings_csv)
+    assert sitting.ended.tolist() == ["interrupted"] and sitting.runs_trained.tolist() == [0]
+    assert signal.getsignal(signal.SIGTERM) is handler  # the sitting's handler is gone with it

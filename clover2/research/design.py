@@ -5,8 +5,8 @@ A profile's `design` section (`DesignConfig`) names the arms (a draft variant of
 `clover2.research.study.VARIANTS`, a grid of learning rates, a number of seeds, the tier that says
 when it runs), the budgets and the evaluation. From those and from what has finished, `plan` lists
 every training run in the order the protocol gives: each tier's learning-rate grid (seed 0), then
-its seeds at the rate chosen on the dev measure (seed 1 of every arm, then seed 2, ...); after the
-first two tiers, the learning curve and the half-data runs of the primary arms; then the rest.
+its seeds at the rate chosen on the dev measure (the reference arm's first); after the first two
+tiers, the learning curve and the half-data runs of the primary arms; then the rest.
 
 Every run is warmup-stable-decay and annealed at its own budget. The main-budget run keeps its state
 at the start of each shorter budget's decay, and the shorter run continues from there
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import math
+import signal
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -211,16 +212,17 @@ def chosen_lr(design: DesignConfig, arm: str, dev: dict[tuple[str, float], float
 def plan(design: DesignConfig, dev: dict[tuple[str, float], float], decay_share: float) -> list[Run]:
     """Every run known so far, in the order the study runs them (a seed's runs appear once its
     arm's rate is chosen; the curve once the primary arms' and the reference's are)."""
-    def tier(t: int) -> list[Run]:  # its arms' grids, then their seeds at the chosen rates, seed by seed
+    def tier(t: int) -> list[Run]:  # its arms' grids, then their seeds at the chosen rates
         arms = [a for a, spec in design.arms.items() if spec.tier == t and not spec.cut]
         runs = [r for a in arms if not design.arms[a].lr_from
                 for lr in grid(design, a, dev) for r in seed_runs(design, a, lr, 0, decay_share)]
-        chosen = {a: chosen_lr(design, a, dev) for a in arms}
-        # round robin: seed k of every arm before seed k + 1 of any, so that a study cut short leaves
-        # its arms with equal numbers of seeds
-        runs += [r for k in range(max((design.arms[a].seeds for a in arms), default=0)) for a in arms
-                 if chosen[a] is not None and (design.arms[a].lr_from or k > 0) and k < design.arms[a].seeds
-                 for r in seed_runs(design, a, chosen[a], k, decay_share)]
+        # the reference's seeds first: it is in every primary comparison, so each of those is decided as
+        # soon as its other arm's seeds are in
+        for a in sorted(arms, key=lambda a: a != design.reference):
+            lr, spec = chosen_lr(design, a, dev), design.arms[a]
+            if lr is not None:
+                runs += [r for k in range(0 if spec.lr_from else 1, spec.seeds)
+                         for r in seed_runs(design, a, lr, k, decay_share)]
         return runs
 
     tiers = sorted({a.tier for a in design.arms.values()})
@@ -354,11 +356,17 @@ class Experiment:
         which add up to the study's machine time."""
         started, before = datetime.now(timezone.utc), (len(self.records()), len(self.replayed()))
         ended = "interrupted"
+        try:  # a SIGTERM outside training (data, replays) ends the sitting through `finally` too
+            previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
+        except ValueError:  # not the main thread
+            previous = None
         try:
             while self.next_step():
                 pass
             ended = "finished"
         finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
             row = {"started": started.isoformat(timespec="seconds"),
                    "seconds": round((datetime.now(timezone.utc) - started).total_seconds()),
                    "cpu": machine()["cpu_name"], "commit": self.commit, "runs_trained": len(self.records()) - before[0],
@@ -530,6 +538,10 @@ class Experiment:
                           "budget": self.design.main, "share": 1.0, "steps": math.nan, "state": "waits for the grid",
                           "to_replay": ""} for k in range(1, spec.seeds) if (arm, k) not in listed]
         return pd.DataFrame(rows)
+
+
+def _exit_on_sigterm(signum, frame):
+    raise SystemExit(128 + signum)
 
 
 def _step(checkpoint: Path) -> int:
