@@ -189,3 +189,16 @@ def test_machine_time_counts_each_runs_own_steps_once():
     assert table.loc["Y", "training_hours"] == pytest.approx(2 + 400 / 3600)
     assert table.loc["Y", "sittings"] == 2 and table.loc["Y", "sitting_hours"] == pytest.approx(2.5)
     assert np.isnan(table.loc["X", "sitting_hours"])
+
+
+def test_the_results_page_leaves_out_tables_with_nothing_in_them():
+    from clover2.research.verdicts import page
+
+    status = pd.DataFrame({"run": ["c2/a", "e1/b"], "arm": ["c2", "e1"], "state": ["done", "to do"],
+                           "steps": [10.0, 10.0]})
+    tables = {"grid": pd.DataFrame({"arm": ["c2"], "lr": [1e-3], "dev": [1.5], "chosen": [True]}),
+              "fits": pd.DataFrame(), "data": pd.DataFrame()}
+    text = page(DESIGN, tables, status, machine="a CPU", commits="abc")
+    assert "## Learning-rate grids" in text and "**1.500**" in text
+    assert "tau against tokens" not in text and "Data or repetition" not in text and "nothing yet" not in text
+    assert "1 run (0 of them wait for their arm's learning rate)" in text

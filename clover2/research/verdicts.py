@@ -452,14 +452,16 @@ def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataF
                       "study check` beside the committed tau of the run each came from.")}
     shown = {"verdicts": lambda d: d[d.family != "primary"],  # the primary pair is above, in words
              "curve": lambda d: d[d.arm.isin((*design.primary, design.reference))]}
-    for key, (title, note) in names.items():
-        if key in tables:
-            table = shown.get(key, lambda d: d)(tables[key]) if not tables[key].empty else tables[key]
+    for key, (title, note) in names.items():  # a table with nothing in it yet is left out ("Not finished" says why)
+        table = tables.get(key, pd.DataFrame())
+        table = shown.get(key, lambda d: d)(table) if not table.empty else table
+        if not table.empty:
             lines += ["", f"## {title}", "", note, "", markdown(readable(key, table))]
     left = status[status.state != "done"]
     runs = left.groupby("arm", sort=False).run.size()
     todo = "Every planned run is done." if left.empty else (
-        f"{len(left)} runs ({int(left.steps.isna().sum())} of them wait for their arm's learning rate), "
+        f"{len(left)} run{'s' * (len(left) != 1)} ({int(left.steps.isna().sum())} of them wait for their arm's "
+        "learning rate), "
         f"{int(left.steps.sum()):,} training steps planned for the others; by arm: "
         + ", ".join(f"{arm} {n}" for arm, n in runs.items()) + ".")
     cut = (f" Cut for machine time, so not run: {', '.join(design.cut)} (the protocol's \"Order and cuts\" says "
