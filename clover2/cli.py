@@ -382,7 +382,7 @@ def _study(args):
             write_csv(experiment.study.results / f"{name}.csv", df)
         if (experiment.published() / "check.csv").exists():  # on the page only: the CSV is check.csv itself
             tables["published"] = pd.read_csv(experiment.published() / "check.csv")[
-                ["arm", "tree", "committed_tau", "published_tau", "difference"]]
+                ["arm", "tree", "committed_tau", "published_tau", "difference", "cpu", "date"]]
         if len(runs):
             sittings = pd.read_csv(experiment.sittings_csv) if experiment.sittings_csv.exists() else pd.DataFrame()
             tables["machine"] = machine_time(runs, sittings, experiment.design.main)

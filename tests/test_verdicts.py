@@ -202,3 +202,12 @@ def test_the_results_page_leaves_out_tables_with_nothing_in_them():
     assert "## Learning-rate grids" in text and "**1.500**" in text
     assert "tau against tokens" not in text and "Data or repetition" not in text and "nothing yet" not in text
     assert "1 run (0 of them wait for their arm's learning rate)" in text
+
+
+def test_the_published_drafts_check_says_where_and_when_it_replayed():
+    from clover2.research.verdicts import readable
+
+    check = pd.DataFrame({"arm": ["c2"], "tree": ["eagle25"], "committed_tau": [1.7], "published_tau": [1.7],
+                          "difference": [0.0], "cpu": ["AMD EPYC Zen (AVX2)"], "date": ["2026-12-04"]})
+    shown = readable("published", check)
+    assert shown["replayed on"].tolist() == ["AMD EPYC Zen (AVX2), 2026-12-04"] and "cpu" not in shown

@@ -382,7 +382,10 @@ def readable(name: str, df: pd.DataFrame) -> pd.DataFrame:
         return out.assign(**{c: out[c].map(lambda v: "" if pd.isna(v) else f"{v:.1f}" if "hours" in c else f"{v:.0f}")
                              for c in out.columns if c != "CPU"})
     if name == "published":
-        return df.rename(columns={"committed_tau": "committed tau", "published_tau": "replayed tau"})
+        out = df.rename(columns={"committed_tau": "committed tau", "published_tau": "replayed tau"})
+        if {"cpu", "date"} <= set(out):  # where and when the check replayed them
+            out = out.assign(**{"replayed on": out.cpu + ", " + out.date}).drop(columns=["cpu", "date"])
+        return out
     return df
 
 
