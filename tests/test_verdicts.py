@@ -175,6 +175,9 @@ def test_the_page_gives_the_primary_pair_in_words_and_the_rest_in_one_table():
     primary, rest = text.split("## The secondary comparisons")
     assert "- **c2 / e1**" in primary and "| primary |" not in rest and "| architectures | c2 / m |" in rest
     assert "| 25-node |" in rest and "Every planned run is done." in text
+    power = text.split("## Power of the primary comparisons")[1].split("##")[0]
+    assert "| seeds per arm | seed SD of the difference |" in power and "seed_sd" not in power
+    assert "| c2 / e1 | 5 |" in power and "±" in power
 
 
 def test_machine_time_counts_each_runs_own_steps_once():

@@ -377,6 +377,13 @@ def readable(name: str, df: pd.DataFrame) -> pd.DataFrame:
             "tau at the paper's budget, range": [f"{r.range_lo:.2f}" if r.range_lo == r.range_hi
                                                  else f"{r.range_lo:.2f}-{r.range_hi:.2f}" for r in df.itertuples()],
             "gain in tau - 1 per doubling": df.relative_slope_per_doubling.map("{:+.0%}".format)})
+    if name == "power":
+        return pd.DataFrame({
+            "comparison": df.comparison, "seeds per arm": df.seeds,
+            "seed SD of the difference": df.seed_sd_of_difference.map("{:.3f}".format),
+            "prompt SE": df.prompt_se.map("{:.3f}".format),
+            "half-width of the interval": df.half_width.map("±{:.1%}".format),
+            "seeds per arm for ±2.5%": df.seeds_for_target.map(lambda s: "over 100" if pd.isna(s) else f"{s:.0f}")})
     if name == "machine":
         out = df.rename(columns={"cpu": "CPU", "training_hours": "training hours", "sitting_hours": "sitting hours"})
         return out.assign(**{c: out[c].map(lambda v: "" if pd.isna(v) else f"{v:.1f}" if "hours" in c else f"{v:.0f}")
