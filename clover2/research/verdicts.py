@@ -441,8 +441,9 @@ def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataF
         "spread": ("tau per arm", "The seeds' mean tau at each budget and tree (EAGLE-1's 25-node tree unless "
                    "named), with the seed-to-seed standard deviation and the half-width of one seed's 95% interval "
                    "over prompts in brackets."),
-        "power": ("Power of the primary comparisons", "With the seeds finished: the half-width of the primary "
-                  "interval as a share of the ratio, and the seeds that would bring it under 2.5%."),
+        "power": ("Power of the primary comparisons", "From the seeds finished so far (the fewer of the two arms'): "
+                  "the half-width of the primary interval as a share of the ratio, and the seeds per arm that "
+                  "would bring it under 2.5%."),
         "grid": ("Learning-rate grids", f"The dev measure (simulated chain length) of seed 0 after {design.main} "
                  "steps, per learning rate; the best rate (in bold) is chosen, and a best rate at the grid's edge "
                  "extends the grid once." + _still_at_edge(design, tables.get("grid"))),
