@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 from pathlib import Path
 
@@ -18,6 +19,20 @@ def _blocks(language: str) -> list[str]:
     return re.findall(rf"```{language}\n(.*?)```", PAGE, flags=re.S)
 
 
+def _run(args: list[str], **kwargs) -> subprocess.CompletedProcess:
+    """`args` in a process group of its own, the whole group killed if it outlives 600 s (a bash script's
+    children would otherwise go on running after the test)."""
+    with subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          start_new_session=True, **kwargs) as proc:
+        try:
+            out, err = proc.communicate(timeout=600)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            raise
+    return subprocess.CompletedProcess(args, proc.returncode, out, err)
+
+
 def test_the_page_names_a_draft_that_is_published_or_still_to_come():
     assert "results/study/drafts/clover2" in PAGE and len(_blocks("bash")) == 1 and len(_blocks("python")) == 1
 
@@ -26,10 +41,8 @@ def test_the_page_names_a_draft_that_is_published_or_still_to_come():
 def test_the_commands_and_the_python_run_as_written():
     env = {**os.environ, "PATH": f"{Path(os.sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     script = _blocks("bash")[0].replace('export PATH="$PWD/.venv/bin:$PATH"\n', "")  # the test's own interpreter
-    done = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=600)
+    done = _run(["bash", "-euo", "pipefail", "-c", script], env=env)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() and '"text"' in done.stdout  # the second command prints JSON
-    done = subprocess.run([os.sys.executable, "-c", _blocks("python")[0]], cwd=ROOT, capture_output=True, text=True,
-                          timeout=600)
+    done = _run([os.sys.executable, "-c", _blocks("python")[0]])
     assert done.returncode == 0 and "tokens per step" in done.stdout, done.stderr
