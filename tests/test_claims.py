@@ -101,3 +101,27 @@ def test_the_speed_of_the_pair_on_a_cpu_is_shown_but_not_judged(tmp_path):
                    "speed_ratio_lo": 1.1, "speed_ratio_hi": 1.3}]).to_csv(results / "study/speed/paired.csv")
     claim = next(c for c in claims(results) if c.claim.startswith("Clover-2 decodes faster than EAGLE-1"))
     assert claim.status == "not testable here" and claim.here.startswith("1.200x [1.100, 1.300] on one CPU")
+
+
+def test_a_decided_primary_row_gives_the_rules_reason_and_the_grid_caveat(tmp_path):
+    results = _copy(tmp_path)
+    pd.DataFrame([{"family": "primary", "comparison": "clover2-official / eagle1", "tree": "eagle25", "budget": 600,
+                   "ratio": 0.987, "lo": 0.974, "hi": 0.99974, "p": 0.02, "p_holm": 0.02, "seeds": "5 vs 5",
+                   "prompts": 131, "verdict": "not reproduced: the rival ahead"}]
+                 ).to_csv(results / "study/verdicts.csv", index=False)
+    claim = next(c for c in claims(results) if c.claim.startswith("Clover-2 (official recipe)"))
+    # the upper bound printed to the digit that puts it below 1, and the rule's reason with the rival named
+    assert claim.status == "not reproduced" and "0.987 [0.974, 0.9997]" in claim.here
+    # a bound at 1 within the bootstrap's resampling error: both readings of the rule, one status
+    assert claim.here.endswith(": EAGLE-1 ahead or equivalent within 3%, the paper's smallest gain excluded (its "
+                               "upper bound is 1 within the bootstrap's resampling error)")
+    pd.DataFrame({"arm": ["clover2-official"] * 4 + ["eagle1"] * 3, "lr": [3e-4, 1e-3, 3e-3, 9e-3, 3e-4, 1e-3, 3e-3],
+                  "dev": [1.28, 1.39, 1.46, 1.51, 1.34, 1.38, 1.35],
+                  "chosen": [False, False, False, True, False, True, False]}).to_csv(results / "study/grid.csv")
+    claim = next(c for c in claims(results) if c.claim.startswith("Clover-2 (official recipe)"))
+    assert claim.here.endswith("resampling error); Clover-2 (official recipe)'s learning rate is at the edge of its "
+                               "tuning grid")
+    verdicts = pd.read_csv(results / "study/verdicts.csv").assign(hi=0.995)  # clear of 1: one reading
+    verdicts.to_csv(results / "study/verdicts.csv", index=False)
+    claim = next(c for c in claims(results) if c.claim.startswith("Clover-2 (official recipe)"))
+    assert "0.987 [0.974, 0.995]" in claim.here and ": EAGLE-1 ahead; " in claim.here

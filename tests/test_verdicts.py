@@ -60,6 +60,25 @@ def test_the_primary_decision_rule_follows_the_protocol(lo, hi, verdict):
     assert verdict in primary_verdict(lo, hi, 0.03, 0.01)
 
 
+def test_a_bound_at_one_within_resampling_error_gives_both_readings_of_the_rule():
+    from clover2.research.verdicts import reason
+
+    assert reason(0.974, 0.995, 0.03, 0.01) == "the rival ahead"
+    assert reason(0.974, 0.9997, 0.03, 0.01) == ("the rival ahead or equivalent within 3%, the paper's smallest gain "
+                                                 "excluded (its upper bound is 1 within the bootstrap's resampling "
+                                                 "error)")
+    assert reason(1.0004, 1.04, 0.03, 0.01) == ("Clover-2 ahead or inconclusive at this power (its lower bound is 1 "
+                                               "within the bootstrap's resampling error)")
+    assert reason(1.0004, 1.02, 0.03, 0.01).startswith("Clover-2 ahead or equivalent within 3%")
+
+
+def test_an_interval_shows_which_side_of_one_a_bound_lies():
+    from clover2.research.verdicts import bracket
+
+    assert bracket(0.9737, 0.99974) == "[0.974, 0.9997]" and bracket(1.0003, 1.05) == "[1.0003, 1.050]"
+    assert bracket(0.98, 1.0) == "[0.980, 1.000]" and bracket(0.96, 1.02) == "[0.960, 1.020]"
+
+
 def test_a_clear_lead_is_reproduced_and_the_rivals_are_corrected_within_their_family():
     table = cells(replays({"c2": 1.9, "e1": 1.8, "m": 1.6}, seeds={"c2": 5, "e1": 5, "m": 3}), DESIGN, DEV)
     out = verdicts(DESIGN, table).set_index("comparison")
@@ -178,6 +197,14 @@ def test_the_page_gives_the_primary_pair_in_words_and_the_rest_in_one_table():
     power = text.split("## Power of the primary comparisons")[1].split("##")[0]
     assert "| seeds per arm | seed SD of the difference |" in power and "seed_sd" not in power
     assert "| c2 / e1 | 5 |" in power and "±" in power
+    half = tables["power"].half_width.iloc[0]  # the rule for adding seeds, applied at the planned five
+    assert f"c2 / e1 has its 5 seeds per arm: the predicted half-width, ±{half:.1%}" in power
+    assert ("no seeds are added" in power) == (half <= 0.025)
+    assert "edge of its extended grid" not in primary
+    grid = pd.DataFrame({"arm": ["c2", "c2", "e1"], "lr": [1e-3, 3e-3, 1e-3], "dev": [1.4, 1.5, 1.5],
+                         "chosen": [False, True, True]})  # c2's grid extended once, its best rate still the top
+    text = page(DESIGN, {**tables, "grid": grid}, status, machine="cpu", commits="abc")
+    assert "The learning rate chosen for c2 is at the edge" in text.split("## The secondary comparisons")[0]
 
 
 def test_machine_time_counts_each_runs_own_steps_once():

@@ -28,7 +28,7 @@ from clover2.profiles import load_profile
 from clover2.research import paper
 from clover2.research.design import DesignConfig
 from clover2.research.report import draft_ms_per_step
-from clover2.research.verdicts import WAITS
+from clover2.research.verdicts import WAITS, at_edge, bracket, reason
 
 STATUSES = ("reproduced", "equivalent within the margin", "not reproduced", "inconclusive", "not testable here",
             "not decided yet", "cut for machine time")
@@ -53,7 +53,7 @@ def _pct(lo: float, hi: float) -> str:
 
 
 def _ratio(r) -> str:
-    return f"{r.ratio:.3f} [{r.lo:.3f}, {r.hi:.3f}] ({r.seeds} seeds, {r.prompts} prompts)"
+    return f"{r.ratio:.3f} {bracket(r.lo, r.hi)} ({r.seeds} seeds, {r.prompts} prompts)"
 
 
 def _study_status(verdict: str) -> str:
@@ -99,10 +99,16 @@ def study_claims(results: Path, design: DesignConfig | None = None) -> list[Clai
         v = verdicts[(verdicts.family == family) & (verdicts.tree == "eagle25")]
         return v[v.comparison == comparison] if comparison else v
 
+    edge = at_edge(design, _read(study / "grid.csv"))
     for arm in design.primary:
         r = rows("primary", f"{arm} / {ref}")
         here, status = (progress, "not decided yet") if r.empty else (
             f"tau ratio {_ratio(r.iloc[0])}, 25-node tree", _study_status(r.iloc[0].verdict))
+        if status != "not decided yet":  # the rule's reason, and the one caveat the protocol leaves open
+            x = r.iloc[0]
+            here += ": " + reason(x.lo, x.hi, design.margin, design.smallest_claim).replace(
+                "the rival", NAMES.get(ref, ref)) + (
+                f"; {NAMES.get(arm, arm)}'s learning rate is at the edge of its tuning grid" if arm in edge else "")
         out.append(Claim(f"{NAMES.get(arm, arm)} predicts more tokens per step than {NAMES.get(ref, ref)}",
                          f"tau {_pct(taus.tau_ratio.min(), taus.tau_ratio.max())}", here, status, page))
     speed = _read(study / "speed" / "paired.csv")

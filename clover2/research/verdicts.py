@@ -26,6 +26,10 @@ from clover2.errors import Clover2Error
 from clover2.research.design import DesignConfig, chosen_lr
 from clover2.research.paper import PAPER_ANSWER_TOKENS
 
+# How far a percentile bound moves with the bootstrap's own seed at 10,000 resamples: the primary upper
+# bound of the study ranged over 0.0003 across six seeds; a bound nearer 1 than this could cross it.
+RESAMPLING = 0.001
+
 
 @dataclass(frozen=True)
 class Cell:
@@ -108,6 +112,28 @@ def primary_verdict(lo: float, hi: float, margin: float, smallest_claim: float) 
         return ("not reproduced: equivalent within {:.0%}, the paper's smallest gain excluded"
                 if hi < 1 + smallest_claim else "equivalent within {:.0%}").format(margin)
     return "inconclusive at this power"
+
+
+def reason(lo: float, hi: float, margin: float, smallest_claim: float) -> str:
+    """Why the rule gives a primary comparison its verdict; where a bound lies within the bootstrap's
+    resampling error of 1 (so that another bootstrap seed could put it on the other side), both readings."""
+    said = primary_verdict(lo, hi, margin, smallest_claim)
+    for bound, name in ((lo, "lower"), (hi, "upper")):
+        if abs(bound - 1) < RESAMPLING:
+            moved = 1 + RESAMPLING if bound < 1 else 1 - RESAMPLING
+            other = primary_verdict(*((moved, hi) if name == "lower" else (lo, moved)), margin, smallest_claim)
+            if other != said:
+                both = " or ".join(v.split(": ", 1)[-1] for v in (said, other))
+                return f"{both} (its {name} bound is 1 within the bootstrap's resampling error)"
+    return said.split(": ", 1)[-1]
+
+
+def bracket(lo: float, hi: float) -> str:
+    """An interval as the pages print it: three decimals, four for a bound that three would print as
+    1.000 (the side of 1 it falls on is what the decision rules read)."""
+    def bound(v: float) -> str:
+        return f"{v:.4f}" if f"{v:.3f}" == "1.000" and v != 1 else f"{v:.3f}"
+    return f"[{bound(lo)}, {bound(hi)}]"
 
 
 def secondary_verdict(ratio: float, p_holm: float, alpha: float = 0.05) -> str:
@@ -357,7 +383,7 @@ def readable(name: str, df: pd.DataFrame) -> pd.DataFrame:
     if name == "verdicts":
         return pd.DataFrame({
             "family": df.family, "comparison": df.comparison, "tree": df.tree.map(_tree), "steps": df.budget,
-            "tau ratio [interval]": [f"{r.ratio:.3f} [{r.lo:.3f}, {r.hi:.3f}]" for r in df.itertuples()],
+            "tau ratio [interval]": [f"{r.ratio:.3f} {bracket(r.lo, r.hi)}" for r in df.itertuples()],
             "p (Holm)": [f"{r.p:.2g} ({r.p_holm:.2g})" for r in df.itertuples()],
             "seeds, prompts": [f"{r.seeds}, {r.prompts}" for r in df.itertuples()], "verdict": df.verdict})
     if name == "spread":  # one row per arm, one column per budget, data share and tree
@@ -395,15 +421,42 @@ def readable(name: str, df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
-def _still_at_edge(design: DesignConfig, grid: pd.DataFrame | None) -> str:
-    """A sentence naming the arms whose chosen rate is still at an edge of their extended grid: the
-    protocol stops there, so a rate beyond it might do better."""
+def at_edge(design: DesignConfig, grid: pd.DataFrame | None) -> list[str]:
+    """The arms whose chosen rate is still at an edge of their extended grid: the protocol stops there,
+    so a rate beyond it might do better."""
     if grid is None or grid.empty:
-        return ""
-    edge = [a for a, g in grid.groupby("arm", sort=False) if g.chosen.any() and len(g) > len(design.arms[a].lrs)
+        return []
+    return [a for a, g in grid.groupby("arm", sort=False) if g.chosen.any() and len(g) > len(design.arms[a].lrs)
             and g[g.chosen].lr.iloc[0] in (g.lr.min(), g.lr.max())]
+
+
+def _said(design: DesignConfig, row) -> str:
+    """A primary row's verdict as the page gives it: the rule's status, then its reason (both readings where
+    a bound is 1 within resampling error)."""
+    if row.verdict == WAITS:
+        return WAITS
+    status = row.verdict.split(": ", 1)[0]
+    why = reason(row.lo, row.hi, design.margin, design.smallest_claim).replace("the rival", design.reference)
+    return status if why == status else f"{status}: {why}"
+
+
+def _still_at_edge(design: DesignConfig, grid: pd.DataFrame | None) -> str:
+    edge = at_edge(design, grid)
     return ("" if not edge else f" Still at the edge after the extension: {', '.join(edge)}; the protocol extends "
             "once, so a rate beyond it might do better for that arm.")
+
+
+def _seeds_added(power: pd.DataFrame | None, seeds: int, target: float = 0.025) -> str:
+    """The protocol's rule for adding seeds, applied once the primary arms have their planned seeds: it
+    looks at the predicted half-width only, never at the ratio."""
+    if power is None or power.empty:
+        return ""
+    done = power[power.seeds >= seeds]
+    return "".join(
+        f" {r.comparison} has its {r.seeds} seeds per arm: the predicted half-width, ±{r.half_width:.1%}, is "
+        + (f"within the protocol's ±{target:.1%}, so no seeds are added." if r.half_width <= target else
+           f"above the protocol's ±{target:.1%}, so seeds are added as machine time allows.")
+        for r in done.itertuples())
 
 
 def _tokens_seen(curve: pd.DataFrame | None) -> str:
@@ -432,7 +485,14 @@ def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataF
         lines += ["No primary comparison has its replays yet.", ""]
     for r in primary.itertuples():
         lines += [f"- **{r.comparison}** (tau ratio, {_tree(r.tree)} tree, {r.budget} steps, {r.seeds} seeds, "
-                  f"{r.prompts} prompts): {r.ratio:.3f} [{r.lo:.3f}, {r.hi:.3f}] at {r.level:.1%}: **{r.verdict}**."]
+                  f"{r.prompts} prompts): {r.ratio:.3f} {bracket(r.lo, r.hi)} at {r.level:.1%}: "
+                  f"**{_said(design, r)}**."]
+    edge = [a for a in design.primary if a in at_edge(design, tables.get("grid"))]
+    if edge and not primary.empty:
+        lines += ["", (f"The learning rate chosen for {edge[0]} is at the edge of its extended grid" if len(edge) == 1
+                       else f"The learning rates chosen for {' and '.join(edge)} are at the edges of their extended "
+                       "grids") + " (below): each verdict is the protocol's at the rates it chose, and a rate beyond "
+                  "the grid might do better."]
     names = {
         "verdicts": ("The secondary comparisons", "The tau ratio with its interval over seeds and prompts (95%); p "
                      "two-sided from the bootstrap, Holm's within each family. Every comparison, the primary two "
@@ -442,7 +502,8 @@ def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataF
                    "over prompts in brackets."),
         "power": ("Power of the primary comparisons", "From the seeds finished so far (the fewer of the two arms'): "
                   "the half-width of the primary interval as a share of the ratio, and the seeds per arm that "
-                  "would bring it under 2.5%."),
+                  "would bring it under 2.5%." + _seeds_added(tables.get("power"), min(
+                      design.arms[a].seeds for a in (*design.primary, design.reference)))),
         "grid": ("Learning-rate grids", f"The dev measure (simulated chain length) of seed 0 after {design.main} "
                  "steps, per learning rate; the best rate (in bold) is chosen, and a best rate at the grid's edge "
                  "extends the grid once." + _still_at_edge(design, tables.get("grid"))),
