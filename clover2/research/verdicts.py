@@ -29,6 +29,9 @@ from clover2.research.paper import PAPER_ANSWER_TOKENS
 # How far a percentile bound moves with the bootstrap's own seed at 10,000 resamples: the primary upper
 # bound of the study ranged over 0.0003 across six seeds; a bound nearer 1 than this could cross it.
 RESAMPLING = 0.001
+# The protocol's target for the primary interval: if five seeds per arm predict a wider half-width (as a share
+# of the ratio), seeds are added.
+TARGET_HALF_WIDTH = 0.025
 
 
 @dataclass(frozen=True)
@@ -291,7 +294,7 @@ def analyze(design: DesignConfig, runs: pd.DataFrame, replays: pd.DataFrame, dev
     tables["verdicts"] = verdicts(design, table)
     tables["power"] = pd.DataFrame([{"comparison": f"{a} / {design.reference}",
                                      **power(table, a, design.reference, budget=design.main,
-                                             level=1 - 0.05 / len(design.primary), target_half_width=0.025)}
+                                             level=1 - 0.05 / len(design.primary), target_half_width=TARGET_HALF_WIDTH)}
                                     for a in design.primary
                                     if all((x, design.main, 1.0, "eagle25") in table and
                                            len(table[(x, design.main, 1.0, "eagle25")].seeds) > 1
@@ -409,7 +412,8 @@ def readable(name: str, df: pd.DataFrame) -> pd.DataFrame:
             "seed SD of the difference": df.seed_sd_of_difference.map("{:.3f}".format),
             "prompt SE": df.prompt_se.map("{:.3f}".format),
             "half-width of the interval": df.half_width.map("±{:.1%}".format),
-            "seeds per arm for ±2.5%": df.seeds_for_target.map(lambda s: "over 100" if pd.isna(s) else f"{s:.0f}")})
+            f"seeds per arm for ±{TARGET_HALF_WIDTH:.1%}": df.seeds_for_target.map(
+                lambda s: "over 100" if pd.isna(s) else f"{s:.0f}")})
     if name == "machine":
         out = df.rename(columns={"cpu": "CPU", "training_hours": "training hours", "sitting_hours": "sitting hours"})
         return out.assign(**{c: out[c].map(lambda v: "" if pd.isna(v) else f"{v:.1f}" if "hours" in c else f"{v:.0f}")
@@ -446,7 +450,7 @@ def _still_at_edge(design: DesignConfig, grid: pd.DataFrame | None) -> str:
             "once, so a rate beyond it might do better for that arm.")
 
 
-def _seeds_added(power: pd.DataFrame | None, seeds: int, target: float = 0.025) -> str:
+def _seeds_added(power: pd.DataFrame | None, seeds: int) -> str:
     """The protocol's rule for adding seeds, applied once the primary arms have their planned seeds: it
     looks at the predicted half-width only, never at the ratio."""
     if power is None or power.empty:
@@ -454,8 +458,9 @@ def _seeds_added(power: pd.DataFrame | None, seeds: int, target: float = 0.025) 
     done = power[power.seeds >= seeds]
     return "".join(
         f" {r.comparison} has its {r.seeds} seeds per arm: the predicted half-width, ±{r.half_width:.1%}, is "
-        + (f"within the protocol's ±{target:.1%}, so no seeds are added." if r.half_width <= target else
-           f"above the protocol's ±{target:.1%}, so seeds are added as machine time allows.")
+        + (f"within the protocol's ±{TARGET_HALF_WIDTH:.1%}, so no seeds are added."
+           if r.half_width <= TARGET_HALF_WIDTH
+           else f"above the protocol's ±{TARGET_HALF_WIDTH:.1%}, so seeds are added as machine time allows.")
         for r in done.itertuples())
 
 
@@ -502,7 +507,7 @@ def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataF
                    "over prompts in brackets."),
         "power": ("Power of the primary comparisons", "From the seeds finished so far (the fewer of the two arms'): "
                   "the half-width of the primary interval as a share of the ratio, and the seeds per arm that "
-                  "would bring it under 2.5%." + _seeds_added(tables.get("power"), min(
+                  f"would bring it under {TARGET_HALF_WIDTH:.1%}." + _seeds_added(tables.get("power"), min(
                       design.arms[a].seeds for a in (*design.primary, design.reference)))),
         "grid": ("Learning-rate grids", f"The dev measure (simulated chain length) of seed 0 after {design.main} "
                  "steps, per learning rate; the best rate (in bold) is chosen, and a best rate at the grid's edge "
