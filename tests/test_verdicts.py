@@ -63,13 +63,23 @@ def test_the_primary_decision_rule_follows_the_protocol(lo, hi, verdict):
 def test_a_bound_at_one_within_resampling_error_gives_both_readings_of_the_rule():
     from clover2.research.verdicts import reason
 
-    assert reason(0.974, 0.995, 0.03, 0.01) == "the rival ahead"
-    assert reason(0.974, 0.9997, 0.03, 0.01) == ("the rival ahead or equivalent within 3%, the paper's smallest gain "
-                                                 "excluded (its upper bound is 1 within the bootstrap's resampling "
-                                                 "error)")
-    assert reason(1.0004, 1.04, 0.03, 0.01) == ("Clover-2 ahead or inconclusive at this power (its lower bound is 1 "
-                                               "within the bootstrap's resampling error)")
-    assert reason(1.0004, 1.02, 0.03, 0.01).startswith("Clover-2 ahead or equivalent within 3%")
+    claimed = 0.03, 0.01, 0.05  # the margin, the paper's smallest and largest claimed gains
+    assert reason(0.974, 0.995, *claimed) == "the rival ahead"
+    assert reason(0.974, 0.9997, *claimed) == ("the rival ahead or equivalent within 3%, the paper's smallest gain "
+                                               "excluded (its upper bound is 1 within the bootstrap's resampling "
+                                               "error)")
+    assert reason(1.0004, 1.04, *claimed) == ("Clover-2 ahead or inconclusive at this power (its lower bound is 1 "
+                                              "within the bootstrap's resampling error)")
+    assert reason(1.0004, 1.02, *claimed).startswith("Clover-2 ahead or equivalent within 3%")
+
+
+def test_clover2_ahead_says_where_its_interval_lies_against_the_papers_claimed_gains():
+    from clover2.research.verdicts import reason
+
+    assert reason(1.020, 1.045, 0.03, 0.01, 0.05) == "Clover-2 ahead, the interval inside the paper's 1-5%"
+    assert reason(1.005, 1.03, 0.03, 0.01, 0.05) == "Clover-2 ahead, the interval overlapping the paper's 1-5%"
+    assert reason(1.06, 1.09, 0.03, 0.01, 0.05) == "Clover-2 ahead, the interval above the paper's 1-5%"
+    assert reason(1.002, 1.008, 0.03, 0.01, 0.05) == "Clover-2 ahead, the interval below the paper's 1-5%"
 
 
 def test_an_interval_shows_which_side_of_one_a_bound_lies():

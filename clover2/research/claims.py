@@ -49,7 +49,7 @@ class Claim:
 
 
 def _pct(lo: float, hi: float) -> str:
-    return f"{100 * (lo - 1):+.0f} to {100 * (hi - 1):+.0f}%"
+    return f"{100 * (lo - 1):+.0f} to {100 * (hi - 1):+.0f}% per task"
 
 
 def _ratio(r) -> str:
@@ -106,7 +106,7 @@ def study_claims(results: Path, design: DesignConfig | None = None) -> list[Clai
             f"tau ratio {_ratio(r.iloc[0])}, 25-node tree", _study_status(r.iloc[0].verdict))
         if status != "not decided yet":  # the rule's reason, and the one caveat the protocol leaves open
             x = r.iloc[0]
-            here += ": " + reason(x.lo, x.hi, design.margin, design.smallest_claim).replace(
+            here += ": " + reason(x.lo, x.hi, design.margin, design.smallest_claim, design.largest_claim).replace(
                 "the rival", NAMES.get(ref, ref)) + (
                 f"; {NAMES.get(arm, arm)}'s learning rate is at the edge of its tuning grid" if arm in edge else "")
         out.append(Claim(f"{NAMES.get(arm, arm)} predicts more tokens per step than {NAMES.get(ref, ref)}",

@@ -90,6 +90,7 @@ class DesignConfig:
     n_boot: int = 10000
     margin: float = 0.03  # equivalence: a ratio interval inside [1 - margin, 1 + margin]
     smallest_claim: float = 0.01  # the paper's smallest claimed gain: an interval below 1 + this excludes it
+    largest_claim: float = 0.05  # the paper's largest claimed gain: where an interval above 1 lies against the claim
 
     def __post_init__(self):
         names = set(self.arms)
