@@ -125,3 +125,9 @@ def test_a_decided_primary_row_gives_the_rules_reason_and_the_grid_caveat(tmp_pa
     verdicts.to_csv(results / "study/verdicts.csv", index=False)
     claim = next(c for c in claims(results) if c.claim.startswith("Clover-2 (official recipe)"))
     assert "0.987 [0.974, 0.995]" in claim.here and ": EAGLE-1 ahead; " in claim.here
+
+
+def test_a_p_value_below_the_bootstraps_resolution_prints_as_a_bound_not_as_zero():
+    from clover2.research.claims import _p
+
+    assert _p(0.0002) == "< 0.001" and _p(0.041) == "0.041" and _p(0.001) == "0.001"

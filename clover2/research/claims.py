@@ -52,6 +52,11 @@ def _pct(lo: float, hi: float) -> str:
     return f"{100 * (lo - 1):+.0f} to {100 * (hi - 1):+.0f}% per task"
 
 
+def _p(p: float) -> str:
+    """A bootstrap p-value as the claims table prints it (10,000 resamples resolve no finer than 0.001 here)."""
+    return f"{p:.3f}" if p >= 0.001 else "< 0.001"
+
+
 def _ratio(r) -> str:
     return f"{r.ratio:.3f} {bracket(r.lo, r.hi)} ({r.seeds} seeds, {r.prompts} prompts)"
 
@@ -129,7 +134,7 @@ def study_claims(results: Path, design: DesignConfig | None = None) -> list[Clai
             a, b = (NAMES.get(s, s) for s in x.comparison.split(" / "))
             text = claim.format(a=a, b=b)
             out.append(Claim(text, "(the paper's premise)" if family == "architectures" else "(its design)",
-                             f"tau ratio {_ratio(x)}, Holm p {x.p_holm:.3f}", _study_status(x.verdict), page))
+                             f"tau ratio {_ratio(x)}, Holm p {_p(x.p_holm)}", _study_status(x.verdict), page))
         planned = [a for a, s in design.arms.items()
                    if not s.cut and (s.lr_from if family == "parts" else s.tier == 2)]
         if r.empty and planned:
