@@ -212,7 +212,10 @@ def scale(results: Path) -> str:
     """The scale of this book's evidence beside the paper's, and where its answer could change."""
     runs, bench = _read(results / "study" / "runs.csv"), _read(results / "cpu" / "bench" / "bench.csv")
     spread = _read(results / "study" / "spread.csv")
-    main = runs[runs.budget == runs.budget.max()] if not runs.empty else runs
+    verdicts = _read(results / "study" / "verdicts.csv")  # the budget the drafts are compared at
+    compared = verdicts[verdicts.family == "primary"].budget.max() if not verdicts.empty else runs.budget.max() \
+        if not runs.empty else 0
+    main = runs[(runs.budget == compared) & (runs.share == 1)] if not runs.empty else runs
     tokens = int(main.tokens.iloc[0]) if not main.empty else 0
     drafts = bench[(bench.task == "overall") & (bench.temperature == 0) & bench.method.str.endswith("@eagle25")]
     theirs = paper.tau().tau
@@ -220,7 +223,8 @@ def scale(results: Path) -> str:
               f"{paper.PAPER_ANSWER_TOKENS / tokens:,.0f} of the paper's {paper.PAPER_ANSWER_TOKENS / 1e9:.1f} "
               "billion" if tokens else "the study's drafts are still training")
     cpu = f"{drafts.tau.min():.2f}-{drafts.tau.max():.2f}"
-    study = spread[(spread.budget == spread.budget.max()) & (spread.tree == "eagle25")] if not spread.empty else spread
+    study = spread[(spread.budget == compared) & (spread.share == 1) & (spread.tree == "eagle25")] \
+        if not spread.empty else spread
     accept = (f"{_span(study.tau)} tokens per step at the paper's 25-node tree in the study ({cpu} after the `cpu` "
               "profile's 90 steps)" if not study.empty else f"{cpu} tokens per step at the paper's 25-node tree (the "
               "`cpu` profile)")
