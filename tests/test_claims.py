@@ -127,7 +127,11 @@ def test_a_decided_primary_row_gives_the_rules_reason_and_the_grid_caveat(tmp_pa
     assert "0.987 [0.974, 0.995]" in claim.here and ": EAGLE-1 ahead; " in claim.here
 
 
-def test_a_p_value_below_the_bootstraps_resolution_prints_as_a_bound_not_as_zero():
-    from clover2.research.claims import _p
+def test_a_p_value_below_the_bootstraps_resolution_prints_as_a_bound_not_as_zero_on_every_page():
+    from clover2.research.verdicts import p_text, readable
 
-    assert _p(0.0002) == "< 0.001" and _p(0.041) == "0.041" and _p(0.001) == "0.001"
+    assert p_text(0.0002) == "< 0.001" and p_text(0.041) == "0.041" and p_text(0.001) == "0.001"
+    row = pd.DataFrame({"family": ["S1"], "comparison": ["clover2/medusa1"], "tree": ["eagle25"], "budget": [600],
+                        "ratio": [1.2], "lo": [1.1], "hi": [1.3], "p": [0.0001], "p_holm": [0.0002], "seeds": [3],
+                        "prompts": [131], "verdict": ["ahead"]})
+    assert readable("verdicts", row)["p (Holm)"].iloc[0] == "< 0.001 (< 0.001)"

@@ -28,7 +28,7 @@ from clover2.profiles import load_profile
 from clover2.research import paper
 from clover2.research.design import DesignConfig
 from clover2.research.report import draft_ms_per_step
-from clover2.research.verdicts import WAITS, at_edge, bracket, reason
+from clover2.research.verdicts import WAITS, at_edge, bracket, p_text, reason
 
 STATUSES = ("reproduced", "equivalent within the margin", "not reproduced", "inconclusive", "not testable here",
             "not decided yet", "cut for machine time")
@@ -50,11 +50,6 @@ class Claim:
 
 def _pct(lo: float, hi: float) -> str:
     return f"{100 * (lo - 1):+.0f} to {100 * (hi - 1):+.0f}% per task"
-
-
-def _p(p: float) -> str:
-    """A bootstrap p-value as the claims table prints it (10,000 resamples resolve no finer than 0.001 here)."""
-    return f"{p:.3f}" if p >= 0.001 else "< 0.001"
 
 
 def _ratio(r) -> str:
@@ -134,7 +129,7 @@ def study_claims(results: Path, design: DesignConfig | None = None) -> list[Clai
             a, b = (NAMES.get(s, s) for s in x.comparison.split(" / "))
             text = claim.format(a=a, b=b)
             out.append(Claim(text, "(the paper's premise)" if family == "architectures" else "(its design)",
-                             f"tau ratio {_ratio(x)}, Holm p {_p(x.p_holm)}", _study_status(x.verdict), page))
+                             f"tau ratio {_ratio(x)}, Holm p {p_text(x.p_holm)}", _study_status(x.verdict), page))
         planned = [a for a, s in design.arms.items()
                    if not s.cut and (s.lr_from if family == "parts" else s.tier == 2)]
         if r.empty and planned:
@@ -212,9 +207,7 @@ def scale(results: Path) -> str:
     """The scale of this book's evidence beside the paper's, and where its answer could change."""
     runs, bench = _read(results / "study" / "runs.csv"), _read(results / "cpu" / "bench" / "bench.csv")
     spread = _read(results / "study" / "spread.csv")
-    verdicts = _read(results / "study" / "verdicts.csv")  # the budget the drafts are compared at
-    compared = verdicts[verdicts.family == "primary"].budget.max() if not verdicts.empty else runs.budget.max() \
-        if not runs.empty else 0
+    compared = load_profile("study").design.main  # the budget the drafts are compared at
     main = runs[(runs.budget == compared) & (runs.share == 1)] if not runs.empty else runs
     tokens = int(main.tokens.iloc[0]) if not main.empty else 0
     drafts = bench[(bench.task == "overall") & (bench.temperature == 0) & bench.method.str.endswith("@eagle25")]

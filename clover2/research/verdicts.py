@@ -147,6 +147,11 @@ def bracket(lo: float, hi: float) -> str:
     return f"[{bound(lo)}, {bound(hi)}]"
 
 
+def p_text(p: float) -> str:
+    """A bootstrap p-value as every page prints it (10,000 resamples resolve no finer than 0.001 here)."""
+    return f"{p:.3f}" if p >= 0.001 else "< 0.001"
+
+
 def secondary_verdict(ratio: float, p_holm: float, alpha: float = 0.05) -> str:
     if p_holm >= alpha:
         return "no difference shown"
@@ -395,7 +400,7 @@ def readable(name: str, df: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame({
             "family": df.family, "comparison": df.comparison, "tree": df.tree.map(_tree), "steps": df.budget,
             "tau ratio [interval]": [f"{r.ratio:.3f} {bracket(r.lo, r.hi)}" for r in df.itertuples()],
-            "p (Holm)": [f"{r.p:.2g} ({r.p_holm:.2g})" for r in df.itertuples()],
+            "p (Holm)": [f"{p_text(r.p)} ({p_text(r.p_holm)})" for r in df.itertuples()],
             "seeds, prompts": [f"{r.seeds}, {r.prompts}" for r in df.itertuples()], "verdict": df.verdict})
     if name == "spread":  # one row per arm, one column per budget, data share and tree
         cell = lambda r: (f"{r.tau:.3f} ({'' if np.isnan(r.seed_sd) else f'{r.seed_sd:.3f}, '}"  # noqa: E731
