@@ -387,7 +387,7 @@ def _study(args):
             sittings = pd.read_csv(experiment.sittings_csv) if experiment.sittings_csv.exists() else pd.DataFrame()
             tables["machine"] = machine_time(runs, sittings, experiment.design.main)
         cpus = ", ".join(sorted(set(runs.cpu))) if len(runs) else machine()["cpu_name"]
-        commits = ", ".join(sorted(set(runs.commit))) if len(runs) else "-"
+        commits = f"{runs.commit.nunique()} commits" if len(runs) else "-"
         write_text(experiment.study.results / "README.md",
                    page(experiment.design, tables, table, machine=cpus, commits=commits))
         print(experiment.study.results / "README.md")

@@ -208,7 +208,7 @@ def test_the_page_gives_the_primary_pair_in_words_and_the_rest_in_one_table():
     assert "| seeds per arm | seed SD of the difference |" in power and "seed_sd" not in power
     assert "| c2 / e1 | 5 |" in power and "±" in power
     half = tables["power"].half_width.iloc[0]  # the rule for adding seeds, applied at the planned five
-    assert f"c2 / e1 has its 5 seeds per arm: the predicted half-width, ±{half:.1%}" in power
+    assert f"With 5 seeds per arm the predicted half-width (±{half:.1%}) is within" in power
     assert ("no seeds are added" in power) == (half <= 0.025)
     assert "edge of its extended grid" not in primary
     grid = pd.DataFrame({"arm": ["c2", "c2", "e1"], "lr": [1e-3, 3e-3, 1e-3], "dev": [1.4, 1.5, 1.5],

@@ -397,11 +397,11 @@ def readable(name: str, df: pd.DataFrame) -> pd.DataFrame:
     if df.empty:
         return df
     if name == "verdicts":
-        return pd.DataFrame({
+        out = pd.DataFrame({  # the raw p and the prompt count are in verdicts.csv
             "family": df.family, "comparison": df.comparison, "tree": df.tree.map(_tree), "steps": df.budget,
             "tau ratio [interval]": [f"{r.ratio:.3f} {bracket(r.lo, r.hi)}" for r in df.itertuples()],
-            "p (Holm)": [f"{p_text(r.p)} ({p_text(r.p_holm)})" for r in df.itertuples()],
-            "seeds, prompts": [f"{r.seeds}, {r.prompts}" for r in df.itertuples()], "verdict": df.verdict})
+            "Holm p": df.p_holm.map(p_text), "seeds": df.seeds, "verdict": df.verdict})
+        return out.drop(columns=["steps"]) if df.budget.nunique() == 1 else out
     if name == "spread":  # one row per arm, one column per budget, data share and tree
         cell = lambda r: (f"{r.tau:.3f} ({'' if np.isnan(r.seed_sd) else f'{r.seed_sd:.3f}, '}"  # noqa: E731
                           f"±{r.prompt_half_width:.3f})")
@@ -434,7 +434,8 @@ def readable(name: str, df: pd.DataFrame) -> pd.DataFrame:
     if name == "published":
         out = df.rename(columns={"committed_tau": "committed tau", "published_tau": "replayed tau"})
         # where and when the check replayed them
-        return out.assign(**{"replayed on": out.cpu + ", " + out.date}).drop(columns=["cpu", "date"])
+        return out.assign(**{"tree": out.tree.map(_tree), "replayed on": out.cpu + ", " + out.date}).drop(
+            columns=["cpu", "date"])
     return df
 
 
@@ -470,12 +471,15 @@ def _seeds_added(power: pd.DataFrame | None, seeds: int) -> str:
     if power is None or power.empty:
         return ""
     done = power[power.seeds >= seeds]
-    return "".join(
-        f" {r.comparison} has its {r.seeds} seeds per arm: the predicted half-width, ±{r.half_width:.1%}, is "
-        + (f"within the protocol's ±{TARGET_HALF_WIDTH:.1%}, so no seeds are added."
-           if r.half_width <= TARGET_HALF_WIDTH
-           else f"above the protocol's ±{TARGET_HALF_WIDTH:.1%}, so seeds are added as machine time allows.")
-        for r in done.itertuples())
+    if done.empty:
+        return ""
+    under = done.half_width <= TARGET_HALF_WIDTH
+    widths = ", ".join(f"±{w:.1%}" for w in done.half_width)
+    return (f" With {seeds} seeds per arm the predicted half-width{'s' * (len(done) > 1)} ({widths}) "
+            + (f"{'are' if len(done) > 1 else 'is'} within the protocol's ±{TARGET_HALF_WIDTH:.1%}, so no seeds "
+               "are added." if under.all() else
+               f"{'are' if len(done) > 1 else 'is'} not all within the protocol's ±{TARGET_HALF_WIDTH:.1%}, so "
+               "seeds are added as machine time allows."))
 
 
 def _tokens_seen(curve: pd.DataFrame | None) -> str:
@@ -495,7 +499,7 @@ def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataF
     lines = ["# The designed study: results", "",
              f"Generated from `results/study/runs.csv` and `replays.csv` by `clover2 study report`: {done} of "
              f"{len(status)} planned runs finished ({int(status.steps.isna().sum())} more wait for a "
-             f"learning-rate choice); trained in fp32 on {machine}, code at {commits}. "
+             f"learning-rate choice); trained in fp32 on {machine}, code at {commits} (each run's in `runs.csv`). "
              f"The protocol is {{doc}}`../../book/protocol`.", ""]
     v = tables.get("verdicts", pd.DataFrame())
     primary = v[v.family == "primary"] if not v.empty else v
@@ -513,9 +517,10 @@ def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataF
                        "grids") + " (below): each verdict is the protocol's at the rates it chose, and a rate beyond "
                   "the grid might do better."]
     names = {
-        "verdicts": ("The secondary comparisons", "The tau ratio with its interval over seeds and prompts (95%); p "
-                     "two-sided from the bootstrap, Holm's within each family. Every comparison, the primary two "
-                     "with their p-values too, is in `verdicts.csv`."),
+        "verdicts": ("The secondary comparisons", f"The tau ratio at {design.main} steps unless named, with its "
+                     "interval over seeds and prompts (95%); the bootstrap's two-sided p, Holm-corrected within each "
+                     "family. Every comparison with its raw p and prompt count, the primary two too, is in "
+                     "`verdicts.csv`."),
         "spread": ("tau per arm", "The seeds' mean tau at each budget and tree (EAGLE-1's 25-node tree unless "
                    "named), with the seed-to-seed standard deviation and the half-width of one seed's 95% interval "
                    "over prompts in brackets."),
@@ -541,6 +546,7 @@ def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataF
         "published": ("The published drafts", "`results/study/drafts/`, bf16: tau replayed from them by `clover2 "
                       "study check` beside the committed tau of the run each came from.")}
     shown = {"verdicts": lambda d: d[d.family != "primary"],  # the primary pair is above, in words
+             "spread": lambda d: d[d.budget.isin(design.budgets) & (d.share == 1)],  # curve points: below
              "curve": lambda d: d[d.arm.isin((*design.primary, design.reference))]}
     for key, (title, note) in names.items():  # a table with nothing in it yet is left out ("Not finished" says why)
         table = tables.get(key, pd.DataFrame())
