@@ -215,6 +215,20 @@ def test_the_page_gives_the_primary_pair_in_words_and_the_rest_in_one_table():
                          "chosen": [False, True, True]})  # c2's grid extended once, its best rate still the top
     text = page(DESIGN, {**tables, "grid": grid}, status, machine="cpu", commits="abc")
     assert "The learning rate chosen for c2 is at the edge" in text.split("## The secondary comparisons")[0]
+    fits = pd.DataFrame({"arm": ["c2"], "points": [3], "range_lo": [3.0], "range_hi": [4.0],
+                         "relative_slope_per_doubling": [0.2]})
+    data = pd.DataFrame({"arm": ["c2"], "twice the steps": [1.1], "twice the unique data": [1.01]})
+    text = page(DESIGN, {**tables, "fits": fits, "data": data}, status, machine="cpu", commits="abc")
+    assert "## Data or repetition" not in text  # one table: the fits with the data ratios beside them
+    assert "| c2 | 3 | 3.00-4.00 | +20% | 1.100 | 1.010 |" in text.split("## tau against tokens")[1]
+    assert "## Data or repetition" in page(DESIGN, {**tables, "data": data}, status, machine="cpu", commits="abc")
+    check = pd.DataFrame({"arm": ["c2", "e1"], "tree": ["eagle25"] * 2, "committed_tau": [1.7, 1.6],
+                          "published_tau": [1.7, 1.6], "difference": [0.0, 0.0], "cpu": ["X"] * 2,
+                          "date": ["2026-12-05"] * 2})
+    shown = page(DESIGN, {**tables, "published": check}, status, machine="cpu", commits="abc")
+    assert "Replayed on X, 2026-12-05." in shown and "replayed on |" not in shown  # said once, not per row
+    shown = page(DESIGN, {**tables, "published": check.assign(cpu=["X", "Y"])}, status, machine="cpu", commits="abc")
+    assert "| replayed on |" in shown and "Replayed on" not in shown
 
 
 def test_machine_time_counts_each_runs_own_steps_once():

@@ -325,10 +325,8 @@ def analyze(design: DesignConfig, runs: pd.DataFrame, replays: pd.DataFrame, dev
     curve = tables["curve"].set_index(["arm", "share", "budget"]).tau
     tables["data"] = pd.DataFrame([
         {"arm": arm,
-         "twice the steps (main / half budget)": curve[(arm, 1.0, design.main)]
-                                                 / curve[(arm, 1.0, design.budgets[0])],
-         "twice the unique data (all / half, main budget)": curve[(arm, 1.0, design.main)]
-                                                            / curve[(arm, design.half_data, design.main)]}
+         "twice the steps": curve[(arm, 1.0, design.main)] / curve[(arm, 1.0, design.budgets[0])],
+         "twice the unique data": curve[(arm, 1.0, design.main)] / curve[(arm, design.half_data, design.main)]}
         for arm in design.arms if design.half_data and {(arm, 1.0, design.main), (arm, 1.0, design.budgets[0]),
                                                         (arm, design.half_data, design.main)} <= set(curve.index)])
     full = tables["curve"][tables["curve"].share == 1]
@@ -416,7 +414,7 @@ def readable(name: str, df: pd.DataFrame) -> pd.DataFrame:
     if name == "fits":
         return pd.DataFrame({
             "arm": df.arm, "points": df.points,
-            "tau at the paper's budget, range": [f"{r.range_lo:.2f}" if r.range_lo == r.range_hi
+            "tau at 1.18B tokens, range": [f"{r.range_lo:.2f}" if r.range_lo == r.range_hi
                                                  else f"{r.range_lo:.2f}-{r.range_hi:.2f}" for r in df.itertuples()],
             "gain in tau - 1 per doubling": df.relative_slope_per_doubling.map("{:+.0%}".format)})
     if name == "power":
@@ -537,7 +535,9 @@ def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataF
         "fits": ("tau against tokens, read at the paper's budget", "Seed 0's annealed points fitted by a log-linear "
                  "law, a power law in tau - 1 and, from four points, a saturating power law, each read at the "
                  "paper's 1.18B answer tokens: a range, not a prediction. The gain per doubling is the power "
-                 "law's; EAGLE-3's published data scaling is about +7% (LLaMA-3.1-8B, 1x to 8x ShareGPT)."),
+                 "law's; EAGLE-3's published data scaling is about +7% (LLaMA-3.1-8B, 1x to 8x ShareGPT). Beside "
+                 "them, seed 0's tau ratio from twice the steps and from twice the unique data: how much of the "
+                 "slope is data and how much repetition."),
         "data": ("Data or repetition", "The tau ratio from twice the steps beside the one from twice the unique "
                  "data, seed 0."),
         "machine": ("Machine time", "Per CPU: the runs it trained and their training hours (wall clock, from "
@@ -551,8 +551,17 @@ def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataF
     for key, (title, note) in names.items():  # a table with nothing in it yet is left out ("Not finished" says why)
         table = tables.get(key, pd.DataFrame())
         table = shown.get(key, lambda d: d)(table) if not table.empty else table
+        data = tables.get("data", pd.DataFrame())
+        if key == "data" and not tables.get("fits", pd.DataFrame()).empty:
+            continue  # beside the fits, in one table
         if not table.empty:
-            lines += ["", f"## {title}", "", note, "", markdown(readable(key, table))]
+            frame = readable(key, table)
+            if key == "fits" and not data.empty:
+                frame = frame.merge(data, on="arm", how="outer").fillna("")
+            if key == "published" and frame["replayed on"].nunique() == 1:  # said once, not on every row
+                note += f" Replayed on {frame['replayed on'].iloc[0]}."
+                frame = frame.drop(columns=["replayed on"])
+            lines += ["", f"## {title}", "", note, "", markdown(frame)]
     left = status[status.state != "done"]
     runs = left.groupby("arm", sort=False).run.size()
     todo = "Every planned run is done." if left.empty else (
