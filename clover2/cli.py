@@ -353,7 +353,7 @@ def _study(args):
     from clover2.measure.provenance import commit, machine
     from clover2.research.design import Experiment
     from clover2.research.study import Study
-    from clover2.research.verdicts import analyze, machine_time, page
+    from clover2.research.verdicts import analyze, machine_time, page, speed_table
 
     # stock kernels: the study's replays give the same tokens on every machine and session it spans
     experiment = Experiment(Study.open(args.profile, results=args.results / args.profile if args.results else None,
@@ -383,6 +383,11 @@ def _study(args):
         if (experiment.published() / "check.csv").exists():  # on the page only: the CSV is check.csv itself
             tables["published"] = pd.read_csv(experiment.published() / "check.csv")[
                 ["arm", "tree", "committed_tau", "published_tau", "difference", "cpu", "date"]]
+        if (experiment.speed_dir / "bench.csv").exists():  # on the page only: its CSVs are in speed/
+            tables["speed"] = speed_table(pd.read_csv(experiment.speed_dir / "bench.csv"),
+                                          pd.read_csv(experiment.speed_dir / "paired.csv"),
+                                          json.loads((experiment.speed_dir / "env.json").read_text()),
+                                          experiment.design.reference)
         if len(runs):
             sittings = pd.read_csv(experiment.sittings_csv) if experiment.sittings_csv.exists() else pd.DataFrame()
             tables["machine"] = machine_time(runs, sittings, experiment.design.main)

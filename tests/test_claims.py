@@ -97,8 +97,12 @@ def test_the_speed_of_the_pair_on_a_cpu_is_shown_but_not_judged(tmp_path):
     before = next(c for c in claims(results) if c.claim.startswith("Clover-2 decodes faster than EAGLE-1"))
     assert before.status == "not testable here" and "measured last" in before.here  # the protocol decides it now
     (results / "study/speed").mkdir(parents=True)
-    pd.DataFrame([{"method": "clover2@eagle25=clover2-official", "versus": "eagle1@eagle25=eagle1", "speed_ratio": 1.2,
-                   "speed_ratio_lo": 1.1, "speed_ratio_hi": 1.3}]).to_csv(results / "study/speed/paired.csv")
+    drafts = "results/study/drafts"  # the methods as `Experiment.speed` names them: the published folders
+    pd.DataFrame([{"method": f"clover2@eagle25={drafts}/clover2-official", "versus": f"eagle1@eagle25={drafts}/eagle1",
+                   "temperature": 0.0, "speed_ratio": 1.2, "speed_ratio_lo": 1.1, "speed_ratio_hi": 1.3},
+                  {"method": f"clover2@eagle25={drafts}/clover2", "versus": f"eagle1@eagle25={drafts}/eagle1",
+                   "temperature": 0.0, "speed_ratio": 1.5, "speed_ratio_lo": 1.4, "speed_ratio_hi": 1.6}]
+                 ).to_csv(results / "study/speed/paired.csv")
     claim = next(c for c in claims(results) if c.claim.startswith("Clover-2 decodes faster than EAGLE-1"))
     assert claim.status == "not testable here" and claim.here.startswith("1.200x [1.100, 1.300] on one CPU")
 

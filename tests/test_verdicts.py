@@ -265,3 +265,29 @@ def test_the_published_drafts_check_says_where_and_when_it_replayed():
                           "difference": [0.0], "cpu": ["AMD EPYC Zen (AVX2)"], "date": ["2026-12-04"]})
     shown = readable("published", check)
     assert shown["replayed on"].tolist() == ["AMD EPYC Zen (AVX2), 2026-12-04"] and "cpu" not in shown
+
+
+def test_the_pair_speed_section_names_each_draft_its_ratio_to_the_reference_and_the_machine():
+    from clover2.research.verdicts import page, readable, speed_table
+
+    methods = ["ar", "clover2@eagle25=results/study/drafts/c2", "eagle1@eagle25=results/study/drafts/e1"]
+    bench = pd.DataFrame({"method": methods * 2, "task": ["overall"] * 3 + ["qa"] * 3, "temperature": 0.0,
+                          "tau": [1.0, 1.7, 1.6] * 2, "tokens_per_s": [20.0, 22.0, 21.0] * 2,
+                          "speedup": [1.0, 1.1, 1.05] * 2, "speedup_lo": [1.0, 1.0, 0.95] * 2,
+                          "speedup_hi": [1.0, 1.2, 1.15] * 2, "n_prompts": 131})
+    pairs = pd.DataFrame({"method": [methods[1], methods[2]], "versus": [methods[2], methods[1]], "temperature": 0.0,
+                          "speed_ratio": [1.048, 0.954], "speed_ratio_lo": [1.01, 0.92],
+                          "speed_ratio_hi": [1.09, 0.99]})
+    env = {"cpu_name": "a test CPU", "commit": "abc1234", "contended": False}
+    table = speed_table(bench, pairs, env, reference="e1")
+    assert table.arm.tolist() == ["ar", "c2", "e1"]  # one row per method, the overall task only
+    shown = readable("speed", table)
+    assert shown.method.tolist() == ["plain decoding", "c2", "e1"]
+    assert shown["speed over e1 [interval]"].tolist() == ["", "1.048 [1.010, 1.090]", ""]
+    status = pd.DataFrame({"run": ["x"], "arm": ["c2"], "state": ["done"], "steps": [600.0]})
+    text = page(DESIGN, {"speed": table}, status, machine="cpu", commits="abc")
+    section = text.split("## Speed of the primary pair")[1].split("##")[0]
+    assert "on a test CPU, code at abc1234" in section and "131 prompts" in section
+    assert "No other job loaded the machine" in section
+    flagged = page(DESIGN, {"speed": table.assign(contended=True)}, status, machine="cpu", commits="abc")
+    assert "flagged, not evidence" in flagged

@@ -28,7 +28,7 @@ from clover2.profiles import load_profile
 from clover2.research import paper
 from clover2.research.design import DesignConfig
 from clover2.research.report import draft_ms_per_step
-from clover2.research.verdicts import WAITS, at_edge, bracket, p_text, reason
+from clover2.research.verdicts import WAITS, arm_of, at_edge, bracket, p_text, reason
 
 STATUSES = ("reproduced", "equivalent within the margin", "not reproduced", "inconclusive", "not testable here",
             "not decided yet", "cut for machine time")
@@ -112,8 +112,8 @@ def study_claims(results: Path, design: DesignConfig | None = None) -> list[Clai
         out.append(Claim(f"{NAMES.get(arm, arm)} predicts more tokens per step than {NAMES.get(ref, ref)}",
                          f"tau {_pct(taus.tau_ratio.min(), taus.tau_ratio.max())}", here, status, page))
     speed = _read(study / "speed" / "paired.csv")
-    pair = speed[speed.method.str.endswith(f"={design.primary[0]}") & speed.versus.str.endswith(f"={ref}")] \
-        if not speed.empty else speed
+    pair = speed[(speed.method.map(arm_of) == design.primary[0]) & (speed.versus.map(arm_of) == ref)
+                 & (speed.temperature == 0)] if not speed.empty else speed
     if pair.empty:
         here = "the pair's speed on one CPU is measured last (the protocol's order)"
     else:

@@ -350,6 +350,25 @@ def machine_time(runs: pd.DataFrame, sittings: pd.DataFrame, main: int) -> pd.Da
     return train.reset_index()
 
 
+def arm_of(method: str) -> str:
+    """The arm a study speed run's method decodes with: its published draft's folder name (plain decoding: ar)."""
+    return method.rsplit("=", 1)[-1].rstrip("/").rsplit("/", 1)[-1] if "=" in method else method
+
+
+def speed_table(bench: pd.DataFrame, pairs: pd.DataFrame, env: dict, reference: str) -> pd.DataFrame:
+    """The primary pair's speed run (`Experiment.speed`) at T = 0, one row per method: tau, tokens/s,
+    the speedup over plain decoding and, for each draft, its speed ratio to the reference's draft,
+    all paired by prompt (geometric means with 95% bootstrap intervals), the machine and its load beside them."""
+    rows = bench[(bench.task == "overall") & (bench.temperature == 0)].assign(arm=lambda d: d.method.map(arm_of))
+    pairs = pairs[pairs.temperature == 0].assign(arm=lambda d: d.method.map(arm_of),
+                                                  versus_arm=lambda d: d.versus.map(arm_of))
+    ref = pairs[pairs.versus_arm == reference].set_index("arm")[["speed_ratio", "speed_ratio_lo", "speed_ratio_hi"]]
+    out = rows.set_index("arm")[["tau", "tokens_per_s", "speedup", "speedup_lo", "speedup_hi", "n_prompts"]]
+    out = out.join(ref.rename(columns=lambda c: c.replace("speed_ratio", "versus_reference")))
+    return out.reset_index().assign(reference=reference, cpu=env["cpu_name"], commit=env["commit"],
+                                    contended=bool(env.get("contended", False)))
+
+
 def markdown(df: pd.DataFrame, digits: int = 3) -> str:
     """A pipe table (floats rounded), for the generated results page."""
     if df.empty:
@@ -417,6 +436,16 @@ def readable(name: str, df: pd.DataFrame) -> pd.DataFrame:
             "tau at 1.18B tokens, range": [f"{r.range_lo:.2f}" if r.range_lo == r.range_hi
                                                  else f"{r.range_lo:.2f}-{r.range_hi:.2f}" for r in df.itertuples()],
             "gain in tau - 1 per doubling": df.relative_slope_per_doubling.map("{:+.0%}".format)})
+    if name == "speed":
+        ref = df.reference.iloc[0]
+        return pd.DataFrame({
+            "method": df.arm.replace({"ar": "plain decoding"}), "tau": df.tau.map("{:.3f}".format),
+            "tokens/s": df.tokens_per_s.map("{:.1f}".format),
+            "speedup [interval]": [f"{r.speedup:.3f} {bracket(r.speedup_lo, r.speedup_hi)}" for r in df.itertuples()],
+            f"speed over {ref} [interval]": [
+                "" if r.arm in ("ar", ref) or np.isnan(r.versus_reference)
+                else f"{r.versus_reference:.3f} {bracket(r.versus_reference_lo, r.versus_reference_hi)}"
+                for r in df.itertuples()]})
     if name == "power":
         return pd.DataFrame({
             "comparison": df.comparison, "seeds per arm": df.seeds,
@@ -489,6 +518,19 @@ def _tokens_seen(curve: pd.DataFrame | None) -> str:
                                                for (b, sh), r in seen.iterrows()) + "."
 
 
+def _speed_note(speed: pd.DataFrame | None, design: DesignConfig) -> str:
+    """Where and how the pair's speed was measured, and whether the machine was left alone while it ran."""
+    if speed is None or speed.empty:
+        return ""
+    r = speed.iloc[0]
+    load = ("Another job loaded the machine during the run: these speeds are flagged, not evidence."
+            if speed.contended.any() else "No other job loaded the machine during the run.")
+    return (f"Seed 0's published drafts at float precision on the 25-node tree, each timed against plain decoding "
+            f"prompt by prompt in one run ({int(r.n_prompts)} prompts, {design.max_new_tokens} new tokens each, T = 0) "
+            f"on {r.cpu}, code at {r.commit}: the geometric mean of the per-prompt ratios with its 95% bootstrap "
+            f"interval. {load} A CPU is not the hardware the paper's speed claim is about (the protocol).")
+
+
 def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataFrame, *, machine: str,
          commits: str) -> str:
     """The study's results page, generated from its tables: the primary verdicts first, then every table,
@@ -540,6 +582,7 @@ def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataF
                  "slope is data and how much repetition."),
         "data": ("Data or repetition", "The tau ratio from twice the steps beside the one from twice the unique "
                  "data, seed 0."),
+        "speed": ("Speed of the primary pair", _speed_note(tables.get("speed"), design)),
         "machine": ("Machine time", "Per CPU: the runs it trained and their training hours (wall clock, from "
                     "`runs.csv`), and the sittings of `clover2 study run` with their hours (data, training, replays; "
                     "logged in `sittings.csv` since 2026-12-04)."),
