@@ -65,6 +65,7 @@ def test_a_bound_at_one_within_resampling_error_gives_both_readings_of_the_rule(
 
     claimed = 0.03, 0.01, 0.05  # the margin, the paper's smallest and largest claimed gains
     assert reason(0.974, 0.995, *claimed) == "the rival ahead"
+    assert reason(0.974, 0.995, *claimed, rival="EAGLE-1") == "EAGLE-1 ahead"  # the rival named where known
     assert reason(0.974, 0.9997, *claimed) == ("the rival ahead or equivalent within 3%, the paper's smallest gain "
                                                "excluded (its upper bound is 1 within the bootstrap's resampling "
                                                "error)")

@@ -106,8 +106,8 @@ def study_claims(results: Path, design: DesignConfig | None = None) -> list[Clai
             f"tau ratio {_ratio(r.iloc[0])}, 25-node tree", _study_status(r.iloc[0].verdict))
         if status != "not decided yet":  # the rule's reason, and the one caveat the protocol leaves open
             x = r.iloc[0]
-            here += ": " + reason(x.lo, x.hi, design.margin, design.smallest_claim, design.largest_claim).replace(
-                "the rival", NAMES.get(ref, ref)) + (
+            here += ": " + reason(x.lo, x.hi, design.margin, design.smallest_claim, design.largest_claim,
+                                  NAMES.get(ref, ref)) + (
                 f"; {NAMES.get(arm, arm)}'s learning rate is at the edge of its tuning grid" if arm in edge else "")
         out.append(Claim(f"{NAMES.get(arm, arm)} predicts more tokens per step than {NAMES.get(ref, ref)}",
                          f"tau {_pct(taus.tau_ratio.min(), taus.tau_ratio.max())}", here, status, page))

@@ -117,10 +117,12 @@ def primary_verdict(lo: float, hi: float, margin: float, smallest_claim: float) 
     return "inconclusive at this power"
 
 
-def reason(lo: float, hi: float, margin: float, smallest_claim: float, largest_claim: float) -> str:
-    """Why the rule gives a primary comparison its verdict; where a bound lies within the bootstrap's
-    resampling error of 1 (so that another bootstrap seed could put it on the other side), both readings;
-    for Clover-2 ahead, where the interval lies against the paper's claimed gains (the protocol's rule 1)."""
+def reason(lo: float, hi: float, margin: float, smallest_claim: float, largest_claim: float,
+           rival: str = "the rival") -> str:
+    """Why the rule gives a primary comparison its verdict, the rival named; where a bound lies within the
+    bootstrap's resampling error of 1 (so that another bootstrap seed could put it on the other side), both
+    readings; for Clover-2 ahead, where the interval lies against the paper's claimed gains (the protocol's
+    rule 1)."""
     said = primary_verdict(lo, hi, margin, smallest_claim)
     for bound, name in ((lo, "lower"), (hi, "upper")):
         if abs(bound - 1) < RESAMPLING:
@@ -128,7 +130,8 @@ def reason(lo: float, hi: float, margin: float, smallest_claim: float, largest_c
             other = primary_verdict(*((moved, hi) if name == "lower" else (lo, moved)), margin, smallest_claim)
             if other != said:
                 both = " or ".join(v.split(": ", 1)[-1] for v in (said, other))
-                return f"{both} (its {name} bound is 1 within the bootstrap's resampling error)"
+                return f"{both} (its {name} bound is 1 within the bootstrap's resampling error)".replace(
+                    "the rival", rival)
     said = said.split(": ", 1)[-1]
     if lo > 1:
         claimed = f"the paper's {smallest_claim * 100:g}-{largest_claim:.0%}"
@@ -136,7 +139,7 @@ def reason(lo: float, hi: float, margin: float, smallest_claim: float, largest_c
                  f", the interval above {claimed}" if lo > 1 + largest_claim else
                  f", the interval overlapping {claimed}" if hi >= 1 + smallest_claim else
                  f", the interval below {claimed}")
-    return said
+    return said.replace("the rival", rival)
 
 
 def bracket(lo: float, hi: float) -> str:
@@ -481,8 +484,7 @@ def _said(design: DesignConfig, row) -> str:
     if row.verdict == WAITS:
         return WAITS
     status = row.verdict.split(": ", 1)[0]
-    why = reason(row.lo, row.hi, design.margin, design.smallest_claim, design.largest_claim).replace(
-        "the rival", design.reference)
+    why = reason(row.lo, row.hi, design.margin, design.smallest_claim, design.largest_claim, design.reference)
     return status if why == status else f"{status}: {why}"
 
 
