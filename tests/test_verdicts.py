@@ -290,5 +290,7 @@ def test_the_pair_speed_section_names_each_draft_its_ratio_to_the_reference_and_
     section = text.split("## Speed of the primary pair")[1].split("##")[0]
     assert "on a test CPU, code at abc1234" in section and "131 prompts" in section
     assert "No other job loaded the machine" in section
+    assert "speed is measured last" not in text
+    assert "speed is measured last" in page(DESIGN, {}, status, machine="cpu", commits="abc")  # every run done
     flagged = page(DESIGN, {"speed": table.assign(contended=True)}, status, machine="cpu", commits="abc")
     assert "flagged, not evidence" in flagged

@@ -609,7 +609,9 @@ def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataF
             lines += ["", f"## {title}", "", note, "", markdown(frame)]
     left = status[status.state != "done"]
     runs = left.groupby("arm", sort=False).run.size()
-    todo = "Every planned run is done." if left.empty else (
+    speed = "" if not tables.get("speed", pd.DataFrame()).empty else (
+        " The primary pair's speed is measured last, alone on the machine (the next `clover2 study run`).")
+    todo = "Every planned run is done." + speed if left.empty else (
         f"{len(left)} run{'s' * (len(left) != 1)} ({int(left.steps.isna().sum())} of them wait for their arm's "
         "learning rate), "
         f"{int(left.steps.sum()):,} training steps planned for the others; by arm: "
