@@ -417,8 +417,9 @@ def readable(name: str, df: pd.DataFrame) -> pd.DataFrame:
     if df.empty:
         return df
     if name == "verdicts":
-        out = pd.DataFrame({  # the raw p and the prompt count are in verdicts.csv
-            "family": df.family, "comparison": df.comparison, "tree": df.tree.map(_tree), "steps": df.budget,
+        named = [c if t == "eagle25" else f"{c}, {_tree(t)} tree" for c, t in zip(df.comparison, df.tree)]
+        out = pd.DataFrame({  # the raw p and the prompt count are in verdicts.csv; the 25-node tree unless named
+            "family": df.family, "comparison": named, "steps": df.budget,
             "tau ratio [interval]": [f"{r.ratio:.3f} {bracket(r.lo, r.hi)}" for r in df.itertuples()],
             "Holm p": df.p_holm.map(p_text), "seeds": df.seeds, "verdict": df.verdict})
         return out.drop(columns=["steps"]) if df.budget.nunique() == 1 else out
@@ -559,9 +560,10 @@ def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataF
                        "grids") + " (below): each verdict is the protocol's at the rates it chose, and a rate beyond "
                   "the grid might do better."]
     names = {
-        "verdicts": ("The secondary comparisons", f"The tau ratio at {design.main} steps unless named, with its "
-                     "interval over seeds and prompts (95%); the bootstrap's two-sided p, Holm-corrected within each "
-                     "family. Every comparison with its raw p and prompt count, the primary two too, is in "
+        "verdicts": ("The secondary comparisons", f"The tau ratio at {design.main} steps on the 25-node tree unless "
+                     "named, with its interval over seeds and prompts (95%); the bootstrap's two-sided p, "
+                     "Holm-corrected within each family. Every comparison with its raw p and prompt count, the "
+                     "primary two too, is in "
                      "`verdicts.csv`."),
         "spread": ("tau per arm", "The seeds' mean tau at each budget and tree (EAGLE-1's 25-node tree unless "
                    "named), with the seed-to-seed standard deviation and the half-width of one seed's 95% interval "
