@@ -223,7 +223,8 @@ def test_the_page_gives_the_primary_pair_in_words_and_the_rest_in_one_table():
     data = pd.DataFrame({"arm": ["c2"], "twice the steps": [1.1], "twice the unique data": [1.01]})
     text = page(DESIGN, {**tables, "fits": fits, "data": data}, status, machine="cpu", commits="abc")
     assert "## Data or repetition" not in text  # one table: the fits with the data ratios beside them
-    assert "| c2 | 3 | 3.00-4.00 | +20% | 1.100 | 1.010 |" in text.split("## tau against tokens")[1]
+    assert "| c2 | 3 | 3.00-4.00 | +20% | 1.100 | 1.010 |" in text.split("## tau at the paper's budget")[1]
+    assert "given four points (each curve here has 3)" in text
     assert "## Data or repetition" in page(DESIGN, {**tables, "data": data}, status, machine="cpu", commits="abc")
     check = pd.DataFrame({"arm": ["c2", "e1"], "tree": ["eagle25"] * 2, "committed_tau": [1.7, 1.6],
                           "published_tau": [1.7, 1.6], "difference": [0.0, 0.0], "cpu": ["X"] * 2,
@@ -257,7 +258,7 @@ def test_the_results_page_leaves_out_tables_with_nothing_in_them():
               "fits": pd.DataFrame(), "data": pd.DataFrame()}
     text = page(DESIGN, tables, status, machine="a CPU", commits="abc")
     assert "## Learning-rate grids" in text and "**1.500**" in text
-    assert "tau against tokens" not in text and "Data or repetition" not in text and "nothing yet" not in text
+    assert "tau at the paper's budget" not in text and "Data or repetition" not in text and "nothing yet" not in text
     assert "1 run (0 of them wait for their arm's learning rate)" in text
 
 

@@ -521,6 +521,11 @@ def _tokens_seen(curve: pd.DataFrame | None) -> str:
                                                for (b, sh), r in seen.iterrows()) + "."
 
 
+def _points(fits: pd.DataFrame | None) -> int:
+    """The most annealed points any arm's fit had."""
+    return 0 if fits is None or fits.empty else int(fits.points.max())
+
+
 def _speed_note(speed: pd.DataFrame | None, design: DesignConfig) -> str:
     """Where and how the pair's speed was measured, and whether the machine was left alone while it ran."""
     if speed is None or speed.empty:
@@ -578,10 +583,12 @@ def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataF
         "curve": ("The learning curve", f"Seed 0 of {', '.join((*design.primary, design.reference))} at every "
                   "annealed budget, tau on the 25-node tree (the other arms' are in `curve.csv`). "
                   + _tokens_seen(tables.get("curve"))),
-        "fits": ("tau against tokens, read at the paper's budget", "Seed 0's annealed points fitted by a log-linear "
-                 "law, a power law in tau - 1 and, from four points, a saturating power law, each read at the "
-                 "paper's 1.18B answer tokens: a range, not a prediction. The gain per doubling is the power "
-                 "law's; EAGLE-3's published data scaling is about +7% (LLaMA-3.1-8B, 1x to 8x ShareGPT). Beside "
+        "fits": ("tau at the paper's budget", "Seed 0's annealed points fitted by a log-linear law, a power law in "
+                 "tau - 1 and, " + ("from four points, " if _points(tables.get("fits")) >= 4 else
+                                    f"given four points (each curve here has {_points(tables.get('fits'))}), ")
+                 + "a saturating power law, each read at the paper's 1.18B answer tokens: a range, not a "
+                 "prediction. The gain per doubling is the power law's; EAGLE-3's published data scaling is "
+                 "about +7% (LLaMA-3.1-8B, 1x to 8x ShareGPT). Beside "
                  "them, seed 0's tau ratio from twice the steps and from twice the unique data: how much of the "
                  "slope is data and how much repetition."),
         "data": ("Data or repetition", "The tau ratio from twice the steps beside the one from twice the unique "
