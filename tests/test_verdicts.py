@@ -208,8 +208,9 @@ def test_the_page_gives_the_primary_pair_in_words_and_the_rest_in_one_table():
     assert "- **c2 / e1**" in primary and "| primary |" not in rest and "| architectures | c2 / m |" in rest
     assert "| architectures | c2 / m | 1." in rest and "Every planned run is done." in text
     power = text.split("## Power of the primary comparisons")[1].split("##")[0]
-    assert "| seeds per arm | seed SD of the difference |" in power and "seed_sd" not in power
-    assert "| c2 / e1 | 5 |" in power and "±" in power
+    assert "| comparison | seed SD of the difference |" in power and "seed_sd" not in power
+    assert "(the fewer of the two arms': 5 per arm)" in power  # one count for every row: said once
+    assert "| c2 / e1 | 0." in power and "±" in power
     half = tables["power"].half_width.iloc[0]  # the rule for adding seeds, applied at the planned five
     assert f"With 5 seeds per arm the predicted half-width (±{half:.1%}) is within" in power
     assert ("no seeds are added" in power) == (half <= 0.025)

@@ -451,13 +451,14 @@ def readable(name: str, df: pd.DataFrame) -> pd.DataFrame:
                 else f"{r.versus_reference:.3f} {bracket(r.versus_reference_lo, r.versus_reference_hi)}"
                 for r in df.itertuples()]})
     if name == "power":
-        return pd.DataFrame({
+        out = pd.DataFrame({
             "comparison": df.comparison, "seeds per arm": df.seeds,
             "seed SD of the difference": df.seed_sd_of_difference.map("{:.3f}".format),
             "prompt SE": df.prompt_se.map("{:.3f}".format),
             "half-width of the interval": df.half_width.map("±{:.1%}".format),
             f"seeds per arm for ±{TARGET_HALF_WIDTH:.1%}": df.seeds_for_target.map(
                 lambda s: "over 100" if pd.isna(s) else f"{s:.0f}")})
+        return out.drop(columns=["seeds per arm"]) if df.seeds.nunique() == 1 else out  # one count: in the note
     if name == "machine":
         out = df.rename(columns={"cpu": "CPU", "training_hours": "training hours", "sitting_hours": "sitting hours"})
         return out.assign(**{c: out[c].map(lambda v: "" if pd.isna(v) else f"{v:.1f}" if "hours" in c else f"{v:.0f}")
@@ -526,6 +527,11 @@ def _points(fits: pd.DataFrame | None) -> int:
     return 0 if fits is None or fits.empty else int(fits.points.max())
 
 
+def _seed_count(power: pd.DataFrame | None) -> str:
+    """The seeds per arm behind every power row, when they share one count (the table then leaves it out)."""
+    return f": {int(power.seeds.iloc[0])} per arm" if power is not None and power.seeds.nunique() == 1 else ""
+
+
 def _speed_note(speed: pd.DataFrame | None, design: DesignConfig) -> str:
     """Where and how the pair's speed was measured, and whether the machine was left alone while it ran."""
     if speed is None or speed.empty:
@@ -573,7 +579,8 @@ def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataF
         "spread": ("tau per arm", "The seeds' mean tau at each budget and tree (EAGLE-1's 25-node tree unless "
                    "named), with the seed-to-seed standard deviation and the half-width of one seed's 95% interval "
                    "over prompts in brackets."),
-        "power": ("Power of the primary comparisons", "From the seeds finished so far (the fewer of the two arms'): "
+        "power": ("Power of the primary comparisons", "From the seeds finished so far (the fewer of the two arms'"
+                  + _seed_count(tables.get("power")) + "): "
                   "the half-width of the primary interval as a share of the ratio, and the seeds per arm that "
                   f"would bring it under {TARGET_HALF_WIDTH:.1%}." + _seeds_added(tables.get("power"), min(
                       design.arms[a].seeds for a in (*design.primary, design.reference)))),
