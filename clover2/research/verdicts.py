@@ -438,7 +438,7 @@ def readable(name: str, df: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame({
             "arm": df.arm, "points": df.points,
             "tau at 1.18B tokens, range": [f"{r.range_lo:.2f}" if r.range_lo == r.range_hi
-                                                 else f"{r.range_lo:.2f}-{r.range_hi:.2f}" for r in df.itertuples()],
+                                           else f"{r.range_lo:.2f}-{r.range_hi:.2f}" for r in df.itertuples()],
             "gain in tau - 1 per doubling": df.relative_slope_per_doubling.map("{:+.0%}".format)})
     if name == "speed":
         ref = df.reference.iloc[0]
@@ -574,8 +574,7 @@ def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataF
         "verdicts": ("The secondary comparisons", f"The tau ratio at {design.main} steps on the 25-node tree unless "
                      "named, with its interval over seeds and prompts (95%); the bootstrap's two-sided p, "
                      "Holm-corrected within each family. Every comparison with its raw p and prompt count, the "
-                     "primary two too, is in "
-                     "`verdicts.csv`."),
+                     "primary two too, is in `verdicts.csv`."),
         "spread": ("tau per arm", "The seeds' mean tau at each budget and tree (EAGLE-1's 25-node tree unless "
                    "named), with the seed-to-seed standard deviation and the half-width of one seed's 95% interval "
                    "over prompts in brackets."),
@@ -595,9 +594,8 @@ def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataF
                                     f"given four points (each curve here has {_points(tables.get('fits'))}), ")
                  + "a saturating power law, each read at the paper's 1.18B answer tokens: a range, not a "
                  "prediction. The gain per doubling is the power law's; EAGLE-3's published data scaling is "
-                 "about +7% (LLaMA-3.1-8B, 1x to 8x ShareGPT). Beside "
-                 "them, seed 0's tau ratio from twice the steps and from twice the unique data: how much of the "
-                 "slope is data and how much repetition."),
+                 "about +7% (LLaMA-3.1-8B, 1x to 8x ShareGPT). Beside them, seed 0's tau ratio from twice the "
+                 "steps and from twice the unique data: how much of the slope is data and how much repetition."),
         "data": ("Data or repetition", "The tau ratio from twice the steps beside the one from twice the unique "
                  "data, seed 0."),
         "speed": ("Speed of the primary pair", _speed_note(tables.get("speed"), design)),
@@ -609,10 +607,10 @@ def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataF
     shown = {"verdicts": lambda d: d[d.family != "primary"],  # the primary pair is above, in words
              "spread": lambda d: d[d.budget.isin(design.budgets) & (d.share == 1)],  # curve points: below
              "curve": lambda d: d[d.arm.isin((*design.primary, design.reference))]}
+    data = tables.get("data", pd.DataFrame())
     for key, (title, note) in names.items():  # a table with nothing in it yet is left out ("Not finished" says why)
         table = tables.get(key, pd.DataFrame())
         table = shown.get(key, lambda d: d)(table) if not table.empty else table
-        data = tables.get("data", pd.DataFrame())
         if key == "data" and not tables.get("fits", pd.DataFrame()).empty:
             continue  # beside the fits, in one table
         if not table.empty:
