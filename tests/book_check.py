@@ -18,10 +18,9 @@ page of the table of contents at a laptop's width and the check fails on
   1.33]" or "1.19 [1.08, 1.33]" in a column about speed) that differs between two pages;
 - raw pandas output: a DataFrame's own HTML, a truncated one ("80 rows x 6 columns") or NaN cells
   (notebooks show tables through `clover2.research.tables`);
+- a page over `MAX_SCREENS` screens that is not a reference page, and a book over `BOOK_SCREENS`
+  screens;
 - a figure an executed notebook references that is missing or empty (checked without a browser).
-
-It reports, without failing yet, pages over `MAX_SCREENS` screens that are not reference pages, and
-a book over `BOOK_SCREENS` screens.
 
 Needs Chromium (`apt-get install chromium` on Debian); without it only the file checks run.
 """
@@ -169,17 +168,17 @@ def check_page(name: str, found: dict) -> list[str]:
                             f"(under {MIN_PT})")
     if name.startswith("results/") and (found["images"] + found["tables"] == 0 or found["text"] < 400):
         problems.append(f"{name}: results page without a figure or table, or nearly empty ({found['text']} characters)")
+    screens = found["height"] / SCREEN_HEIGHT
+    if screens > MAX_SCREENS and name not in REFERENCE:
+        problems.append(f"{name}: {screens:.1f} screens long (at most {MAX_SCREENS} for a page not a reference)")
     return problems
 
 
-def page_notes(name: str, found: dict) -> list[str]:
-    """What the check reports without failing yet: a page too long."""
-    notes = []
-    screens = found["height"] / SCREEN_HEIGHT
-    if screens > MAX_SCREENS and name not in REFERENCE:
-        notes.append(f"{name}: {screens:.1f} screens long (the aim: at most {MAX_SCREENS} for a page that is not "
-                     "a reference)")
-    return notes
+def speed_conflicts(speeds: dict[str, dict[str, list[str]]]) -> list[str]:
+    """A method whose speed over plain decoding is quoted with two values ({method: {value: [pages]}})."""
+    return [f"{method}: speed over plain decoding given as "
+            + ", ".join(f"{value} ({pages[0]})" for value, pages in values.items())
+            for method, values in speeds.items() if len(values) > 1]
 
 
 def notebook_figures(name: str) -> list[str]:
@@ -204,11 +203,10 @@ def main() -> int:
     if browser is None:
         print("book check: chromium not found, pages not opened (Debian: apt-get install chromium)")
     else:
-        screens, speeds, notes = 0.0, {}, []
+        screens, speeds = 0.0, {}
         for n in names:
             found = probe(browser, HTML / n)
             problems += check_page(n, found)
-            notes += page_notes(n, found)
             screens += found["height"] / SCREEN_HEIGHT
             for method, value in found["speeds"]:
                 speeds.setdefault(method, {}).setdefault(value, []).append(n)
@@ -217,16 +215,10 @@ def main() -> int:
                   f"({unrecorded} without a text-size record), {found['tables']} tables, {found['text']} characters")
         shared = sum(len({page for pages in values.values() for page in pages}) > 1 for values in speeds.values())
         print(f"book check: {shared} methods' speeds quoted on more than one page, compared")
-        for method, values in speeds.items():
-            if len(values) > 1:
-                given = ", ".join(f"{v} ({p[0]})" for v, p in values.items())
-                problems.append(f"{method}: speed over plain decoding given as {given}")
+        problems += speed_conflicts(speeds)
         if screens > BOOK_SCREENS:
-            notes.append(f"the book is {screens:.0f} screens of {WIDTH}x{SCREEN_HEIGHT} "
-                         f"(the aim: at most {BOOK_SCREENS})")
-        for note in notes:
-            print("book check: to fix:", note)
-        print(f"book check: {screens:.0f} screens in all")
+            problems.append(f"the book is {screens:.1f} screens of {WIDTH}x{SCREEN_HEIGHT} (at most {BOOK_SCREENS})")
+        print(f"book check: {screens:.1f} screens in all")
     for p in problems:
         print("book check:", p, file=sys.stderr)
     print(f"book check: {len(names)} pages, {len(problems)} problems")

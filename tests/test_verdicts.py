@@ -281,7 +281,7 @@ def test_the_pair_speed_section_names_each_draft_its_ratio_to_the_reference_and_
                           "speedup": [1.0, 1.1, 1.05] * 2, "speedup_lo": [1.0, 1.0, 0.95] * 2,
                           "speedup_hi": [1.0, 1.2, 1.15] * 2, "n_prompts": 131})
     pairs = pd.DataFrame({"method": [methods[1], methods[2]], "versus": [methods[2], methods[1]], "temperature": 0.0,
-                          "speed_ratio": [1.048, 0.954], "speed_ratio_lo": [1.01, 0.92],
+                          "tau_ratio": [1.06, 0.94], "speed_ratio": [1.048, 0.954], "speed_ratio_lo": [1.01, 0.92],
                           "speed_ratio_hi": [1.09, 0.99]})
     env = {"cpu_name": "a test CPU", "commit": "abc1234", "contended": False}
     table = speed_table(bench, pairs, env, reference="e1")
@@ -289,11 +289,12 @@ def test_the_pair_speed_section_names_each_draft_its_ratio_to_the_reference_and_
     shown = readable("speed", table)
     assert shown.method.tolist() == ["plain decoding", "c2", "e1"]
     assert shown["speed over e1 [interval]"].tolist() == ["", "1.048 [1.010, 1.090]", ""]
+    assert shown["tau over e1"].tolist() == ["", "1.060", ""]
     status = pd.DataFrame({"run": ["x"], "arm": ["c2"], "state": ["done"], "steps": [600.0]})
     text = page(DESIGN, {"speed": table}, status, machine="cpu", commits="abc")
     section = text.split("## Speed of the primary pair")[1].split("##")[0]
     assert "on a test CPU, code at abc1234" in section and "131 prompts" in section
-    assert "No other job loaded the machine" in section
+    assert "No other job loaded the machine" in section and "intervals are over prompts only" in section
     assert "speed is measured last" not in text
     assert "speed is measured last" in page(DESIGN, {}, status, machine="cpu", commits="abc")  # every run done
     flagged = page(DESIGN, {"speed": table.assign(contended=True)}, status, machine="cpu", commits="abc")
