@@ -353,7 +353,7 @@ def _study(args):
     from clover2.measure.provenance import commit, machine
     from clover2.research.design import Experiment
     from clover2.research.study import Study
-    from clover2.research.verdicts import analyze, machine_time, page, speed_table
+    from clover2.research.verdicts import analyze, machine_text, machine_time, page, speed_table
 
     # stock kernels: the study's replays give the same tokens on every machine and session it spans
     experiment = Experiment(Study.open(args.profile, results=args.results / args.profile if args.results else None,
@@ -388,10 +388,9 @@ def _study(args):
                                           pd.read_csv(experiment.speed_dir / "paired.csv"),
                                           json.loads((experiment.speed_dir / "env.json").read_text()),
                                           experiment.design.reference)
-        if len(runs):
-            sittings = pd.read_csv(experiment.sittings_csv) if experiment.sittings_csv.exists() else pd.DataFrame()
-            tables["machine"] = machine_time(runs, sittings, experiment.design.main)
-        cpus = ", ".join(sorted(set(runs.cpu))) if len(runs) else machine()["cpu_name"]
+        sittings = pd.read_csv(experiment.sittings_csv) if experiment.sittings_csv.exists() else pd.DataFrame()
+        cpus = (machine_text(machine_time(runs, sittings, experiment.design.main)) if len(runs)
+                else machine()["cpu_name"])
         commits = f"{runs.commit.nunique()} commits" if len(runs) else "-"
         write_text(experiment.study.results / "README.md",
                    page(experiment.design, tables, table, machine=cpus, commits=commits))

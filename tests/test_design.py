@@ -143,7 +143,7 @@ def test_a_small_study_trains_records_replays_and_resumes(tmp_path, monkeypatch)
     assert {"grid", "spread", "verdicts", "power", "curve", "fits", "data"} <= set(tables)
     assert tables["verdicts"].family.iloc[0] == "primary" and tables["grid"].chosen.sum() == 2
     text = page(prof.design, tables, experiment.status(), machine="a test CPU", commits="abc")
-    assert "**c2 / e1**" in text and "Every planned run is done." in text
+    assert "**c2 / e1**" in text and "Every planned run is done (" in text
     # seed 0 of each arm published in bf16, loadable, and replayed against its committed tau
     published = experiment.publish()
     assert [p.name for p in published] == ["c2", "e1"]

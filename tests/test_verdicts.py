@@ -206,7 +206,7 @@ def test_the_page_gives_the_primary_pair_in_words_and_the_rest_in_one_table():
     text = page(DESIGN, tables, status, machine="cpu", commits="abc")
     primary, rest = text.split("## The secondary comparisons")
     assert "- **c2 / e1**" in primary and "| primary |" not in rest and "| architectures | c2 / m |" in rest
-    assert "| architectures | c2 / m | 1." in rest and "Every planned run is done." in text
+    assert "| architectures | c2 / m | 1." in rest and "Every planned run is done (" in text
     power = text.split("## Power of the primary comparisons")[1].split("##")[0]
     assert "| comparison | seed SD of the difference |" in power and "seed_sd" not in power
     assert "(the fewer of the two arms': 5 per arm)" in power  # one count for every row: said once
@@ -219,13 +219,14 @@ def test_the_page_gives_the_primary_pair_in_words_and_the_rest_in_one_table():
                          "chosen": [False, True, True]})  # c2's grid extended once, its best rate still the top
     text = page(DESIGN, {**tables, "grid": grid}, status, machine="cpu", commits="abc")
     assert "The learning rate chosen for c2 is at the edge" in text.split("## The secondary comparisons")[0]
+    assert "Still at the edge" not in text  # said once, above
     fits = pd.DataFrame({"arm": ["c2"], "points": [3], "range_lo": [3.0], "range_hi": [4.0],
                          "relative_slope_per_doubling": [0.2]})
     data = pd.DataFrame({"arm": ["c2"], "twice the steps": [1.1], "twice the unique data": [1.01]})
     text = page(DESIGN, {**tables, "fits": fits, "data": data}, status, machine="cpu", commits="abc")
     assert "## Data or repetition" not in text  # one table: the fits with the data ratios beside them
     assert "| c2 | 3 | 3.00-4.00 | +20% | 1.100 | 1.010 |" in text.split("## tau at the paper's budget")[1]
-    assert "given four points (each curve here has 3)" in text
+    assert "(from four points; each curve here has 3) a saturating one" in text
     assert "## Data or repetition" in page(DESIGN, {**tables, "data": data}, status, machine="cpu", commits="abc")
     check = pd.DataFrame({"arm": ["c2", "e1"], "tree": ["eagle25"] * 2, "committed_tau": [1.7, 1.6],
                           "published_tau": [1.7, 1.6], "difference": [0.0, 0.0], "cpu": ["X"] * 2,
@@ -237,7 +238,7 @@ def test_the_page_gives_the_primary_pair_in_words_and_the_rest_in_one_table():
 
 
 def test_machine_time_counts_each_runs_own_steps_once():
-    from clover2.research.verdicts import machine_time
+    from clover2.research.verdicts import machine_text, machine_time
 
     runs = pd.DataFrame({"run": ["a/b600", "a/b300", "b/b600", "b/b300"], "cpu": ["X", "X", "Y", "Y"],
                          "budget": [600, 300, 600, 300], "train_seconds": [3600.0, 1800.0, 7200.0, 4000.0],
@@ -248,6 +249,8 @@ def test_machine_time_counts_each_runs_own_steps_once():
     assert table.loc["Y", "training_hours"] == pytest.approx(2 + 400 / 3600)
     assert table.loc["Y", "sittings"] == 2 and table.loc["Y", "sitting_hours"] == pytest.approx(2.5)
     assert np.isnan(table.loc["X", "sitting_hours"])
+    text = machine_text(table.reset_index())
+    assert text == "X, 2 runs trained in 1.1 hours; Y, 2 runs trained in 2.1 hours, 2 sittings of 2.5 hours in all"
 
 
 def test_the_results_page_leaves_out_tables_with_nothing_in_them():
@@ -287,14 +290,14 @@ def test_the_pair_speed_section_names_each_draft_its_ratio_to_the_reference_and_
     table = speed_table(bench, pairs, env, reference="e1")
     assert table.arm.tolist() == ["ar", "c2", "e1"]  # one row per method, the overall task only
     shown = readable("speed", table)
-    assert shown.method.tolist() == ["plain decoding", "c2", "e1"]
-    assert shown["speed over e1 [interval]"].tolist() == ["", "1.048 [1.010, 1.090]", ""]
-    assert shown["tau over e1"].tolist() == ["", "1.060", ""]
+    assert shown.method.tolist() == ["c2", "e1"]  # plain decoding's speed is in the note
+    assert shown["speed over e1 [interval]"].tolist() == ["1.048 [1.010, 1.090]", ""]
+    assert shown["tau over e1"].tolist() == ["1.060", ""]
     status = pd.DataFrame({"run": ["x"], "arm": ["c2"], "state": ["done"], "steps": [600.0]})
     text = page(DESIGN, {"speed": table}, status, machine="cpu", commits="abc")
     section = text.split("## Speed of the primary pair")[1].split("##")[0]
-    assert "on a test CPU, code at abc1234" in section and "131 prompts" in section
-    assert "No other job loaded the machine" in section and "intervals are over prompts only" in section
+    assert "on a test CPU, code at abc1234; plain decoding 20.0 tokens/s" in section and "131 prompts" in section
+    assert "No other job loaded the machine" in section and "intervals over prompts only" in section
     assert "speed is measured last" not in text
     assert "speed is measured last" in page(DESIGN, {}, status, machine="cpu", commits="abc")  # every run done
     flagged = page(DESIGN, {"speed": table.assign(contended=True)}, status, machine="cpu", commits="abc")

@@ -353,6 +353,15 @@ def machine_time(runs: pd.DataFrame, sittings: pd.DataFrame, main: int) -> pd.Da
     return train.reset_index()
 
 
+
+def machine_text(table: pd.DataFrame) -> str:
+    """`machine_time` in words, for the results page's first paragraph."""
+    def one(r) -> str:
+        logged = "" if pd.isna(r.get("sittings", np.nan)) else (
+            f", {int(r.sittings)} sitting{'s' * (r.sittings != 1)} of {r.sitting_hours:.1f} hours in all")
+        return f"{r.cpu}, {int(r.runs)} runs trained in {r.training_hours:.1f} hours{logged}"
+    return "; ".join(one(r) for _, r in table.iterrows())
+
 def arm_of(method: str) -> str:
     """The arm a study speed run's method decodes with: its published draft's folder name (plain decoding: ar)."""
     return method.rsplit("=", 1)[-1].rstrip("/").rsplit("/", 1)[-1] if "=" in method else method
@@ -441,16 +450,15 @@ def readable(name: str, df: pd.DataFrame) -> pd.DataFrame:
             "tau at 1.18B tokens, range": [f"{r.range_lo:.2f}" if r.range_lo == r.range_hi
                                            else f"{r.range_lo:.2f}-{r.range_hi:.2f}" for r in df.itertuples()],
             "gain in tau - 1 per doubling": df.relative_slope_per_doubling.map("{:+.0%}".format)})
-    if name == "speed":
-        ref = df.reference.iloc[0]
+    if name == "speed":  # the drafts only: plain decoding's speed is the note's
+        ref, df = df.reference.iloc[0], df[df.arm != "ar"]
         return pd.DataFrame({
-            "method": df.arm.replace({"ar": "plain decoding"}), "tau": df.tau.map("{:.3f}".format),
-            "tokens/s": df.tokens_per_s.map("{:.1f}".format),
+            "method": df.arm, "tau": df.tau.map("{:.3f}".format),
             "speedup [interval]": [f"{r.speedup:.3f} {bracket(r.speedup_lo, r.speedup_hi)}" for r in df.itertuples()],
-            f"tau over {ref}": ["" if r.arm == "ar" or np.isnan(r.tau_versus_reference)
-                                else f"{r.tau_versus_reference:.3f}" for r in df.itertuples()],
+            f"tau over {ref}": ["" if np.isnan(r.tau_versus_reference) else f"{r.tau_versus_reference:.3f}"
+                                for r in df.itertuples()],
             f"speed over {ref} [interval]": [
-                "" if r.arm == "ar" or np.isnan(r.speed_versus_reference) else
+                "" if np.isnan(r.speed_versus_reference) else
                 f"{r.speed_versus_reference:.3f} {bracket(r.speed_versus_reference_lo, r.speed_versus_reference_hi)}"
                 for r in df.itertuples()]})
     if name == "power":
@@ -462,10 +470,6 @@ def readable(name: str, df: pd.DataFrame) -> pd.DataFrame:
             f"seeds per arm for ±{TARGET_HALF_WIDTH:.1%}": df.seeds_for_target.map(
                 lambda s: "over 100" if pd.isna(s) else f"{s:.0f}")})
         return out.drop(columns=["seeds per arm"]) if df.seeds.nunique() == 1 else out  # one count: in the note
-    if name == "machine":
-        out = df.rename(columns={"cpu": "CPU", "training_hours": "training hours", "sitting_hours": "sitting hours"})
-        return out.assign(**{c: out[c].map(lambda v: "" if pd.isna(v) else f"{v:.1f}" if "hours" in c else f"{v:.0f}")
-                             for c in out.columns if c != "CPU"})
     if name == "published":
         out = df.rename(columns={"committed_tau": "committed tau", "published_tau": "replayed tau"})
         # where and when the check replayed them
@@ -493,8 +497,9 @@ def _said(design: DesignConfig, row) -> str:
     return status if why == status else f"{status}: {why}"
 
 
-def _still_at_edge(design: DesignConfig, grid: pd.DataFrame | None) -> str:
-    edge = at_edge(design, grid)
+def _still_at_edge(design: DesignConfig, grid: pd.DataFrame | None, said: list[str] = ()) -> str:
+    """The arms still at their grid's edge after its one extension, but those `said` above the grid already."""
+    edge = [a for a in at_edge(design, grid) if a not in said]
     return ("" if not edge else f" Still at the edge after the extension: {', '.join(edge)}; the protocol extends "
             "once, so a rate beyond it might do better for that arm.")
 
@@ -539,26 +544,31 @@ def _speed_note(speed: pd.DataFrame | None, design: DesignConfig) -> str:
     """Where and how the pair's speed was measured, and whether the machine was left alone while it ran."""
     if speed is None or speed.empty:
         return ""
-    r = speed.iloc[0]
+    r, plain = speed.iloc[0], speed[speed.arm == "ar"].tokens_per_s
     load = ("Another job loaded the machine during the run: these speeds are flagged, not evidence."
             if speed.contended.any() else "No other job loaded the machine during the run.")
-    return (f"Seed 0's published drafts at float precision on the 25-node tree, each timed against plain decoding "
-            f"prompt by prompt in one run ({int(r.n_prompts)} prompts, {design.max_new_tokens} new tokens each, T = 0) "
-            f"on {r.cpu}, code at {r.commit}: the geometric mean of the per-prompt ratios with its 95% bootstrap "
-            f"interval. One draft per arm, so the intervals are over prompts only (the seeded tau ratios are above); "
-            f"a speed ratio above the tau ratio is the cheaper draft step. {load} A CPU is not the hardware the "
-            "paper's speed claim is about (the protocol).")
+    return (f"Seed 0's published drafts (float, 25-node tree) timed against plain decoding prompt by prompt in one "
+            f"run ({int(r.n_prompts)} prompts, {design.max_new_tokens} new tokens, T = 0) on {r.cpu}, code at "
+            f"{r.commit}" + (f"; plain decoding {plain.iloc[0]:.1f} tokens/s" if len(plain) else "")
+            + ": geometric means of per-prompt ratios, 95% bootstrap intervals over prompts only (one draft "
+            f"per arm; the seeded tau ratios are above). A speed ratio above the tau ratio is the cheaper draft step. "
+            f"{load} A CPU is not the hardware of the paper's speed claim (the protocol).")
 
 
 def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataFrame, *, machine: str,
          commits: str) -> str:
     """The study's results page, generated from its tables: the primary verdicts first, then every table,
-    then what is not finished. Nothing on it is typed by hand."""
-    done = (status.state == "done").sum()
+    then what is not finished (said in the first paragraph once every run is). Nothing on it is typed by hand."""
+    done, left = (status.state == "done").sum(), status[status.state != "done"]
+    cut = (f" Cut for machine time, so not run: {', '.join(design.cut)} (the protocol's \"Order and cuts\" says "
+           "what each cut costs)." if design.cut else "")
+    progress = (f"Every planned run is done ({done}).{cut}" if left.empty else
+                f"{done} of {len(status)} planned runs finished ({int(status.steps.isna().sum())} more wait for a "
+                "learning-rate choice).")
     lines = ["# The designed study: results", "",
-             f"Generated from `results/study/runs.csv` and `replays.csv` by `clover2 study report`: {done} of "
-             f"{len(status)} planned runs finished ({int(status.steps.isna().sum())} more wait for a "
-             f"learning-rate choice); trained in fp32 on {machine}, code at {commits} (each run's in `runs.csv`). "
+             f"Generated from `results/study/runs.csv` and `replays.csv` by `clover2 study report`. {progress} "
+             f"Trained in fp32, code at {commits} (each run's in `runs.csv`), on {machine} (wall clock: "
+             "`runs.csv`, and the sittings of `clover2 study run`, logged in `sittings.csv` since 2026-12-04). "
              f"The protocol is {{doc}}`../../book/protocol`.", ""]
     v = tables.get("verdicts", pd.DataFrame())
     primary = v[v.family == "primary"] if not v.empty else v
@@ -570,7 +580,8 @@ def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataF
                   f"{r.prompts} prompts): {r.ratio:.3f} {bracket(r.lo, r.hi)} at {r.level:.1%}: "
                   f"**{_said(design, r)}**."]
     edge = [a for a in design.primary if a in at_edge(design, tables.get("grid"))]
-    if edge and not primary.empty:
+    said = edge if not primary.empty else []  # arms whose edge caveat is given here, not again under the grid
+    if said:
         lines += ["", (f"The learning rate chosen for {edge[0]} is at the edge of its extended grid" if len(edge) == 1
                        else f"The learning rates chosen for {' and '.join(edge)} are at the edges of their extended "
                        "grids") + " (below): each verdict is the protocol's at the rates it chose, and a rate beyond "
@@ -590,30 +601,26 @@ def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataF
                       design.arms[a].seeds for a in (*design.primary, design.reference)))),
         "grid": ("Learning-rate grids", f"The dev measure (simulated chain length) of seed 0 after {design.main} "
                  "steps, per learning rate; the best rate (in bold) is chosen, and a best rate at the grid's edge "
-                 "extends the grid once." + _still_at_edge(design, tables.get("grid"))),
+                 "extends the grid once." + _still_at_edge(design, tables.get("grid"), said=said)),
         "curve": ("The learning curve", f"Seed 0 of {', '.join((*design.primary, design.reference))} at every "
                   "annealed budget, tau on the 25-node tree (the other arms' are in `curve.csv`). "
                   + _tokens_seen(tables.get("curve"))),
         "fits": ("tau at the paper's budget", "Seed 0's annealed points fitted by a log-linear law, a power law in "
-                 "tau - 1 and, " + ("from four points, " if _points(tables.get("fits")) >= 4 else
-                                    f"given four points (each curve here has {_points(tables.get('fits'))}), ")
-                 + "a saturating power law, each read at the paper's 1.18B answer tokens: a range, not a "
-                 "prediction. The gain per doubling is the power law's; EAGLE-3's published data scaling is "
-                 "about +7% (LLaMA-3.1-8B, 1x to 8x ShareGPT). Beside them, seed 0's tau ratio from twice the "
-                 "steps and from twice the unique data: how much of the slope is data and how much repetition."),
+                 "tau - 1 and " + ("a saturating power law" if _points(tables.get("fits")) >= 4 else
+                                   f"(from four points; each curve here has {_points(tables.get('fits'))}) a "
+                                   "saturating one") + ", read at the paper's 1.18B answer tokens: a range, not a "
+                 "prediction. The gain per doubling is the power law's (EAGLE-3's published data scaling: about "
+                 "+7%). Beside them, seed 0's tau ratio from twice the steps and from twice the unique data."),
         "data": ("Data or repetition", "The tau ratio from twice the steps beside the one from twice the unique "
                  "data, seed 0."),
         "speed": ("Speed of the primary pair", _speed_note(tables.get("speed"), design)),
-        "machine": ("Machine time", "Per CPU: the runs it trained and their training hours (wall clock, from "
-                    "`runs.csv`), and the sittings of `clover2 study run` with their hours (data, training, replays; "
-                    "logged in `sittings.csv` since 2026-12-04)."),
         "published": ("The published drafts", "`results/study/drafts/`, bf16: tau replayed from them by `clover2 "
                       "study check` beside the committed tau of the run each came from.")}
     shown = {"verdicts": lambda d: d[d.family != "primary"],  # the primary pair is above, in words
              "spread": lambda d: d[d.budget.isin(design.budgets) & (d.share == 1)],  # curve points: below
              "curve": lambda d: d[d.arm.isin((*design.primary, design.reference))]}
     data = tables.get("data", pd.DataFrame())
-    for key, (title, note) in names.items():  # a table with nothing in it yet is left out ("Not finished" says why)
+    for key, (title, note) in names.items():  # a table with nothing in it yet is left out
         table = tables.get(key, pd.DataFrame())
         table = shown.get(key, lambda d: d)(table) if not table.empty else table
         if key == "data" and not tables.get("fits", pd.DataFrame()).empty:
@@ -626,16 +633,13 @@ def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataF
                 note += f" Replayed on {frame['replayed on'].iloc[0]}."
                 frame = frame.drop(columns=["replayed on"])
             lines += ["", f"## {title}", "", note, "", markdown(frame)]
-    left = status[status.state != "done"]
-    runs = left.groupby("arm", sort=False).run.size()
-    speed = "" if not tables.get("speed", pd.DataFrame()).empty else (
-        " The primary pair's speed is measured last, alone on the machine (the next `clover2 study run`).")
-    todo = "Every planned run is done." + speed if left.empty else (
-        f"{len(left)} run{'s' * (len(left) != 1)} ({int(left.steps.isna().sum())} of them wait for their arm's "
-        "learning rate), "
-        f"{int(left.steps.sum()):,} training steps planned for the others; by arm: "
-        + ", ".join(f"{arm} {n}" for arm, n in runs.items()) + ".")
-    cut = (f" Cut for machine time, so not run: {', '.join(design.cut)} (the protocol's \"Order and cuts\" says "
-           "what each cut costs)." if design.cut else "")
-    lines += ["", "## Not finished", "", todo + cut + " `clover2 study status` lists every run.", ""]
+    if not left.empty:
+        runs = left.groupby("arm", sort=False).run.size()
+        todo = (f"{len(left)} run{'s' * (len(left) != 1)} ({int(left.steps.isna().sum())} of them wait for their "
+                f"arm's learning rate), {int(left.steps.sum()):,} training steps planned for the others; by arm: "
+                + ", ".join(f"{arm} {n}" for arm, n in runs.items()) + ".")
+        lines += ["", "## Not finished", "", todo + cut + " `clover2 study status` lists every run.", ""]
+    elif tables.get("speed", pd.DataFrame()).empty:
+        lines += ["", "The primary pair's speed is measured last, alone on the machine (the next `clover2 study "
+                  "run`).", ""]
     return "\n".join(lines)
