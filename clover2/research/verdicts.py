@@ -353,14 +353,16 @@ def machine_time(runs: pd.DataFrame, sittings: pd.DataFrame, main: int) -> pd.Da
     return train.reset_index()
 
 
-
 def machine_text(table: pd.DataFrame) -> str:
     """`machine_time` in words, for the results page's first paragraph."""
-    def one(r) -> str:
+    def one(r) -> str:  # a CPU may have sittings and no runs (one that only replayed or timed)
+        trained = ("no runs trained" if pd.isna(r.runs)
+                   else f"{int(r.runs)} runs trained in {r.training_hours:.1f} hours")
         logged = "" if pd.isna(r.get("sittings", np.nan)) else (
             f", {int(r.sittings)} sitting{'s' * (r.sittings != 1)} of {r.sitting_hours:.1f} hours in all")
-        return f"{r.cpu}, {int(r.runs)} runs trained in {r.training_hours:.1f} hours{logged}"
+        return f"{r.cpu}, {trained}{logged}"
     return "; ".join(one(r) for _, r in table.iterrows())
+
 
 def arm_of(method: str) -> str:
     """The arm a study speed run's method decodes with: its published draft's folder name (plain decoding: ar)."""
