@@ -37,14 +37,14 @@ def test_the_shipped_study_profile_is_the_protocols_design():
 
 
 def test_a_plan_runs_each_grid_then_the_seeds_at_the_chosen_rate_then_the_curve():
-    runs = plan(DESIGN, {}, 0.2)
-    assert [r.name for r in runs] == ["c2/lr0.001-s0/b10", "c2/lr0.001-s0/b5", "c2/lr0.003-s0/b10", "c2/lr0.003-s0/b5",
-                                      "e1/lr0.001-s0/b10", "e1/lr0.001-s0/b5", "e1/lr0.003-s0/b10", "e1/lr0.003-s0/b5"]
-    main, short = runs[:2]
+    runs = plan(DESIGN, {}, 0.2)  # the reference's grid first: it is in every primary comparison
+    assert [r.name for r in runs] == ["e1/lr0.001-s0/b10", "e1/lr0.001-s0/b5", "e1/lr0.003-s0/b10", "e1/lr0.003-s0/b5",
+                                      "c2/lr0.001-s0/b10", "c2/lr0.001-s0/b5", "c2/lr0.003-s0/b10", "c2/lr0.003-s0/b5"]
+    main, short = runs[4:6]
     assert (decay_start(5, 0.2) == 4 and main.states == (4, 8)
             and (short.parent, short.parent_step, short.steps) == (main, 4, 1))
     dev = {("c2", 1e-3): 1.4, ("c2", 3e-3): 1.3, ("e1", 1e-3): 1.2, ("e1", 3e-3): 1.25}
-    fixed = replace(DESIGN, extend_edge=False)
+    fixed = replace(DESIGN, extend_edge=0)
     assert (chosen_lr(fixed, "c2", dev) == 1e-3 and chosen_lr(fixed, "abl", dev) == 1e-3
             and chosen_lr(fixed, "e1", {}) is None)
     names = [r.name for r in plan(fixed, dev, 0.2)]
@@ -52,22 +52,51 @@ def test_a_plan_runs_each_grid_then_the_seeds_at_the_chosen_rate_then_the_curve(
                          "c2/lr0.001-s0/b20", "c2/lr0.001-s0-share0.5/b10",
                          "e1/lr0.003-s0/b20", "e1/lr0.003-s0-share0.5/b10", "abl/lr0.001-s0/b10", "abl/lr0.001-s0/b5"]
     three = replace(fixed, arms={k: replace(v, seeds=3) for k, v in fixed.arms.items()})
-    seeds = [r.name for r in plan(three, dev, 0.2)[8:16]]  # the reference's first: in every primary comparison
+    seeds = [r.name for r in plan(three, dev, 0.2)[8:16]]  # the reference's first
     assert seeds == ["e1/lr0.003-s1/b10", "e1/lr0.003-s1/b5", "e1/lr0.003-s2/b10", "e1/lr0.003-s2/b5",
                      "c2/lr0.001-s1/b10", "c2/lr0.001-s1/b5", "c2/lr0.001-s2/b10", "c2/lr0.001-s2/b5"]
     long = plan(fixed, dev, 0.2)[12]
-    assert long.parent == main and long.parent_step == 8 and long.steps == 12  # continues the main run's stable phase
-    # an edge winner extends the grid by one value beyond it, and the choice waits for that run
-    assert grid(DESIGN, "c2", dev) == (3e-4, 1e-3, 3e-3) and chosen_lr(DESIGN, "c2", dev) is None
+    assert long.parent.name == "c2/lr0.001-s0/b10" and long.parent_step == 8 and long.steps == 12
+    # the protocol's rule: an edge winner extends the grid by one value beyond it, once, and the choice waits
+    assert grid(DESIGN, "c2", dev) == (3.3e-4, 1e-3, 3e-3) and chosen_lr(DESIGN, "c2", dev) is None
     assert grid(DESIGN, "e1", dev) == (1e-3, 3e-3, 9e-3)
-    assert chosen_lr(DESIGN, "c2", dev | {("c2", 3e-4): 1.1}) == 1e-3
-    assert grid(DESIGN, "c2", dev | {("c2", 3e-4): 1.5}) == (3e-4, 1e-3, 3e-3)  # extended once only
-    assert chosen_lr(DESIGN, "c2", dev | {("c2", 3e-4): 1.5}) == 3e-4
+    assert chosen_lr(DESIGN, "c2", dev | {("c2", 3.3e-4): 1.1}) == 1e-3
+    assert grid(DESIGN, "c2", dev | {("c2", 3.3e-4): 1.5}) == (3.3e-4, 1e-3, 3e-3)  # extended once only
+    assert chosen_lr(DESIGN, "c2", dev | {("c2", 3.3e-4): 1.5}) == 3.3e-4
+
+
+def test_amendment_one_extends_a_grid_until_its_best_is_interior_then_refines_by_half_steps():
+    design = replace(DESIGN, extend_edge=6, arms=DESIGN.arms | {"c2": replace(DESIGN.arms["c2"], refine=True)})
+    dev = {("c2", 1e-3): 1.3, ("c2", 3e-3): 1.4}
+    assert grid(design, "c2", dev) == (1e-3, 3e-3, 9e-3) and chosen_lr(design, "c2", dev) is None
+    dev |= {("c2", 9e-3): 1.5}  # still climbing at the new edge: one more, at two significant digits
+    assert grid(design, "c2", dev) == (1e-3, 3e-3, 9e-3, 0.027)
+    dev |= {("c2", 0.027): 1.45}  # turned down: the best is interior, so a half step each side of it
+    assert grid(design, "c2", dev) == (1e-3, 3e-3, 0.0052, 9e-3, 0.016, 0.027)
+    assert chosen_lr(design, "c2", dev) is None  # waits for the half steps
+    assert chosen_lr(design, "c2", dev | {("c2", 0.0052): 1.49, ("c2", 0.016): 1.52}) == 0.016
+    assert chosen_lr(design, "c2", dev | {("c2", 0.0052): 1.49, ("c2", 0.016): 1.47}) == 9e-3
+    # an arm that does not refine stops at the interior x3 grid; an edge winner with no extensions left is not refined
+    assert grid(replace(design, arms=DESIGN.arms), "c2", dev) == (1e-3, 3e-3, 9e-3, 0.027)
+    assert grid(replace(design, extend_edge=1), "c2", dev) == (1e-3, 3e-3, 9e-3)
+    with pytest.raises(Clover2Error, match="extend_edge"):
+        replace(DESIGN, extend_edge=99)
+
+
+def test_the_curve_keeps_its_rate_and_the_replicate_waits_for_its_arms_rate():
+    dev = {("c2", 1e-3): 1.4, ("c2", 3e-3): 1.3, ("e1", 1e-3): 1.2, ("e1", 3e-3): 1.25}
+    design = replace(DESIGN, extend_edge=0, curve_lrs={"c2": 3e-3}, replicate=("e1", 1))
+    names = [r.name for r in plan(design, dev, 0.2)]
+    assert "c2/lr0.003-s0/b20" in names and "c2/lr0.001-s0/b20" not in names
+    assert names.index("e1-replicate/lr0.003-s1/b10") == names.index("c2/lr0.001-s1/b5") + 1  # after tier 1
+    assert not any("replicate" in r.name for r in plan(design, {}, 0.2))
+    with pytest.raises(Clover2Error, match="replicate"):
+        replace(design, replicate=("e1", 7))
 
 
 def test_a_cut_arm_is_never_planned_and_never_waits():
     dev = {("c2", 1e-3): 1.4, ("c2", 3e-3): 1.3, ("e1", 1e-3): 1.2, ("e1", 3e-3): 1.25}
-    design = replace(DESIGN, extend_edge=False, arms=DESIGN.arms | {"abl": replace(DESIGN.arms["abl"], cut=True)})
+    design = replace(DESIGN, extend_edge=0, arms=DESIGN.arms | {"abl": replace(DESIGN.arms["abl"], cut=True)})
     assert design.cut == ("abl",) and not any(r.arm == "abl" for r in plan(design, dev, 0.2))
     assert any(r.arm == "abl" for r in plan(replace(design, arms=DESIGN.arms, extend_edge=False), dev, 0.2))
 
@@ -104,25 +133,29 @@ def test_a_small_study_trains_records_replays_and_resumes(tmp_path, monkeypatch)
     monkeypatch.setenv("CLOVER2_CACHE", str(tmp_path / "cache"))
     target = tiny_target("llama")
     smoke = load_profile("smoke")
-    prof = replace(smoke, name="tiny-study", design=replace(DESIGN, curve=(), half_data=0.0, extend_edge=False, arms={
-        k: v for k, v in DESIGN.arms.items() if k != "abl"}),
+    prof = replace(smoke, name="tiny-study", design=replace(DESIGN, curve=(), half_data=0.0, extend_edge=0, arms={
+        k: v for k, v in DESIGN.arms.items() if k != "abl"}, replicate=("e1", 1)),
         train=replace(smoke.train, schedule="wsd", eval_every=100, max_len=32, batch_size=4), draft={"draft_vocab": 48})
     study = _Study(profile=prof, target=target, results=tmp_path / "results")
     experiment = Experiment(study)
     fake_data(experiment.data_dir, target)
     shutil.copytree(experiment.data_dir, experiment.eval_dir)
     monkeypatch.setattr(Experiment, "prompts", lambda self: [("qa", [1, 2, 3, 4]), ("mt_bench", [5, 6, 7])])
-    for _ in range(3):  # the c2 grid's two runs at the first rate, then the second rate's main run
+    for _ in range(3):  # the reference's grid first: its two runs at the first rate, then the second rate's main run
         assert experiment.next_step()
     status = experiment.status()
     assert status.state.tolist()[:4] == ["done", "done", "done", "to do"]
-    # c2's grid has both main-budget runs: its rate is chosen and its seed 1 is planned; e1's waits
-    assert set(status[status.state == "waits for the grid"].arm) == {"e1"} and (status.arm == "c2").sum() == 6
+    # e1's grid has both main-budget runs: its rate is chosen and its seed 1 is planned; c2's waits
+    assert set(status[status.state == "waits for the grid"].arm) == {"c2"} and (status.arm == "e1").sum() == 6
     experiment.run()
     runs, replays = pd.read_csv(study.results / "runs.csv"), pd.read_csv(study.results / "replays.csv")
     sitting = pd.read_csv(study.results / "sittings.csv").iloc[-1]  # the study's machine time, sitting by sitting
     assert sitting.ended == "finished" and sitting.runs_trained == 9 and sitting.seconds > 0 and sitting.cpu
-    assert len(runs) == 12 and set(experiment.status().state) == {"done"}
+    # the machine replicate waits for another CPU kind than the one that trained its original (this one)
+    state = experiment.status().set_index("run").state
+    twin = f"e1-replicate/lr{chosen_lr(prof.design, 'e1', experiment.dev()):g}-s1/b10"
+    assert len(runs) == 12 and state.pop(twin) == "waits for another CPU kind"
+    assert set(state) == {"done"} and set(replays.cpu) == {runs.cpu.iloc[0]}  # each replay names its machine
     chosen = {a: chosen_lr(prof.design, a, experiment.dev()) for a in ("c2", "e1")}
     evaluated = runs[runs.lr == runs.arm.map(chosen)]
     assert set(replays.run) == set(evaluated.run)
@@ -156,6 +189,7 @@ def test_a_small_study_trains_records_replays_and_resumes(tmp_path, monkeypatch)
     # on a machine without the cache the parent's kept states are gone: the branch trains from step 0,
     # and that is the same run (the same weights)
     short = next(r for r in experiment.plan() if r.parent is not None)
+    torch.set_num_threads(1)  # as it trained: the speed run took every CPU, and another thread count rounds otherwise
     weights = runs.set_index("run").weights_sha256
     shutil.rmtree(experiment.folder(short.parent) / "states")
     shutil.rmtree(experiment.folder(short))
@@ -168,6 +202,14 @@ def test_a_small_study_trains_records_replays_and_resumes(tmp_path, monkeypatch)
     # a machine without the cache keeps what was published
     shutil.rmtree(experiment.folder(experiment.plan()[0]))
     assert [p.name for p in experiment.publish()] == ["c2", "e1"]
+    # on another CPU kind the replicate trains and replays under an arm of its own, which no comparison reads
+    again.reset_index().assign(cpu="another CPU").to_csv(study.results / "runs.csv", index=False)
+    while experiment.next_step():
+        pass
+    runs, replays = pd.read_csv(study.results / "runs.csv"), pd.read_csv(study.results / "replays.csv")
+    twin = runs.set_index("run").loc[twin]
+    assert twin.arm == "e1-replicate" and twin.seed == 1 and (replays.arm == "e1-replicate").sum() == 4
+    assert analyze(prof.design, runs, replays, experiment.dev())["verdicts"].equals(tables["verdicts"])
 
 
 def test_a_profile_without_a_design_or_with_another_schedule_is_refused(tmp_path):

@@ -23,7 +23,7 @@ from clover2.research.verdicts import (
 
 DESIGN = DesignConfig(arms={"c2": Arm("clover2", lrs=(1e-3,), seeds=5), "e1": Arm("eagle1", lrs=(1e-3,), seeds=5),
                             "m": Arm("medusa", lrs=(1e-3,), seeds=3, tier=2)},
-                      reference="e1", primary=("c2",), budgets=(300, 600), extend_edge=False, n_boot=2000)
+                      reference="e1", primary=("c2",), budgets=(300, 600), extend_edge=0, n_boot=2000)
 DEV = {(a, 1e-3): 1.5 for a in DESIGN.arms}
 
 
@@ -118,6 +118,24 @@ def test_seed_noise_widens_the_interval_beyond_the_prompts_alone():
     assert s.seeds == 5 and 0.02 < s.seed_sd < 0.2 and s.prompt_half_width > 0
     p = power(noisy, "c2", "e1", budget=600, level=0.975, target_half_width=0.025)
     assert p["seeds"] == 5 and p["half_width"] > 0.025 and (p["seeds_for_target"] or 101) > 5
+
+
+def test_an_interval_depends_only_on_its_own_arms_whatever_else_the_study_holds():
+    design = DesignConfig(**{**DESIGN.__dict__, "arms": DESIGN.arms | {"b": Arm("medusa", lrs=(1e-3,), tier=2)}})
+    dev = DEV | {("b", 1e-3): 1.5}
+    base = replays({"c2": 1.8, "e1": 1.75}, seeds={"c2": 5, "e1": 5})
+    # an unrelated arm, with seeds (its name first in any sorted order of the arms)
+    more = pd.concat([base, replays({"b": 1.5}, seeds={"b": 3}, rng_seed=1)])
+    primary = lambda r: verdicts(design, cells(r, design, dev)).set_index("comparison").loc[  # noqa: E731
+        "c2 / e1", ["ratio", "lo", "hi", "p"]]
+    assert primary(base).equals(primary(more))
+    before, after = bootstrap(cells(base, design, dev), 500), bootstrap(cells(more, design, dev), 500)
+    assert all(np.array_equal(before[k], after[k]) for k in before)
+    # the arm's own draws do move with its own seeds, and with the bootstrap's seed
+    fewer = base[~((base.arm == "c2") & (base.seed == 4))]
+    key = ("c2", 600, 1.0, "eagle25")
+    assert not np.array_equal(bootstrap(cells(fewer, DESIGN, DEV), 500)[key], before[key])
+    assert not np.array_equal(bootstrap(cells(base, DESIGN, DEV), 500, seed=1)[key], before[key])
 
 
 def test_a_replay_missing_a_prompt_is_refused():

@@ -62,6 +62,8 @@ class Arm:
     seeds: int = 3  # training seeds at the chosen rate, seed 0 (the grid's own run) included
     tier: int = 1  # when it runs: tiers 1 and 2 before the learning curve, higher ones after it
     lr_from: str = ""  # instead of a grid: the rate another arm chose (an ablation keeps its parent's)
+    # once the x3 grid's best is interior: one half step (x/sqrt(3), x*sqrt(3)) each side of it (amendment 1)
+    refine: bool = False
     # planned, then cut for machine time (book/protocol.md, "Order and cuts"): never run, and named as
     # cut on the results page and the front page, never as undecided
     cut: bool = False
@@ -82,7 +84,13 @@ class DesignConfig:
     budgets: tuple[int, ...] = (300, 600)  # annealed budgets in steps; the last is the main one
     curve: tuple[int, ...] = ()  # longer annealed budgets for the primary arms and the reference, seed 0
     half_data: float = 0.0  # the primary arms and the reference at the main budget on this share of the data (0: none)
-    extend_edge: bool = True  # a grid whose best rate is at its edge gets one more value (x3) beyond it
+    # a grid whose best rate is at its edge gets one more value (x3) beyond it, up to this many times
+    # (the protocol: once; amendment 1: until the best is interior, EXTEND_LIMIT times at most)
+    extend_edge: int = 1
+    # the rates the curve's and the half-data runs train at, by arm (amendment 1: where they were trained,
+    # whatever the arm chooses later); an arm not named here uses its chosen rate
+    curve_lrs: dict[str, float] = field(default_factory=dict)
+    replicate: tuple = ()  # (arm, seed): that seed of the arm trained again on another CPU kind (descriptive)
     n_per_task: int = 24  # evaluation prompts per task (a task's benchmark split may hold fewer)
     max_new_tokens: int = 64
     trees: tuple[str, ...] = ("eagle25",)  # every evaluated run
@@ -108,6 +116,14 @@ class DesignConfig:
             raise Clover2Error(f"design: curve budgets must increase beyond the main budget {self.main}: {self.curve}")
         if not 0 <= self.half_data < 1 or min(self.n_per_task, self.max_new_tokens, self.n_boot) < 1:
             raise Clover2Error(f"design: need 0 <= half_data < 1 and positive sizes: {self}")
+        if not 0 <= int(self.extend_edge) <= EXTEND_LIMIT:
+            raise Clover2Error(f"design: extend_edge is how many times a grid grows beyond its edge, 0 to "
+                               f"{EXTEND_LIMIT}: {self.extend_edge}")
+        if self.replicate and (len(self.replicate) != 2 or self.replicate[0] not in names
+                               or not 0 <= int(self.replicate[1]) < self.arms[self.replicate[0]].seeds):
+            raise Clover2Error(f"design: replicate is [arm, seed] of a planned seed: {self.replicate}")
+        if not set(self.curve_lrs) <= names:
+            raise Clover2Error(f"design: curve_lrs names arms only: {sorted(self.curve_lrs)}")
 
     @classmethod
     def from_yaml(cls, raw: dict | None, where: str) -> DesignConfig:
@@ -116,6 +132,7 @@ class DesignConfig:
         try:
             parsed = {name: Arm(**{k: tuple(v) if isinstance(v, list) else v for k, v in (spec or {}).items()})
                       for name, spec in arms.items()}
+            raw["extend_edge"] = int(raw.get("extend_edge", 1))  # yaml's true/false: the protocol's once / never
             return cls(arms=parsed, **{k: tuple(v) if isinstance(v, list) else v for k, v in raw.items()})
         except TypeError as e:
             raise Clover2Error(f"{where}: {e}") from None
@@ -143,11 +160,17 @@ class Run:
     parent: Run | None = None
     parent_step: int = 0
     states: tuple[int, ...] = ()  # the steps whose state it keeps for its children
+    replicate: bool = False  # the same run trained again on another CPU kind (`DesignConfig.replicate`)
 
     @property
     def name(self) -> str:
         half = "" if self.share == 1 else f"-share{self.share:g}"
-        return f"{self.arm}/lr{self.lr:g}-s{self.seed}{half}/b{self.budget}"
+        return f"{self.recorded_arm}/lr{self.lr:g}-s{self.seed}{half}/b{self.budget}"
+
+    @property
+    def recorded_arm(self) -> str:
+        """The arm its rows carry: a replicate's is no arm of the design, so that no comparison includes it."""
+        return f"{self.arm}-replicate" if self.replicate else self.arm
 
     @property
     def steps(self) -> int:
@@ -179,23 +202,37 @@ def seed_runs(design: DesignConfig, arm: str, lr: float, seed: int, decay_share:
     return runs
 
 
+EXTEND_LIMIT = 6  # x3 steps beyond a grid's edge at most: 729 times its first end
+
+
 def grid(design: DesignConfig, arm: str, dev: dict[tuple[str, float], float]) -> tuple[float, ...]:
-    """An arm's grid of rates: its own, and once it is finished, one more value (x3) beyond the edge
-    where its best sits (`extend_edge`; once only; `dev`: the dev measure of each finished (arm,
-    rate) at the main budget, seed 0)."""
-    lrs = sorted(design.arms[arm].lrs)
-    if not design.extend_edge or not all((arm, lr) in dev for lr in lrs):
+    """An arm's grid of rates as far as `dev` (the dev measure of each finished (arm, rate) at the main
+    budget, seed 0) has decided it: its own values; one more (x3) beyond the edge where its best sits,
+    again while the best stays at an edge (`extend_edge` times at most); then, for an arm that `refine`s,
+    one half step each side of the best once it is interior. Each value joins once those before it finished."""
+    spec = design.arms[arm]
+    lrs = sorted(spec.lrs)
+    finished = lambda values: all((arm, lr) in dev for lr in values)  # noqa: E731
+    for _ in range(int(design.extend_edge)):
+        if not finished(lrs):
+            return tuple(lrs)
+        best = max(lrs, key=lambda lr: dev[(arm, lr)])
+        if best == lrs[0]:
+            lrs.insert(0, _round(lrs[0] / 3))
+        elif best == lrs[-1]:
+            lrs.append(_round(lrs[-1] * 3))
+        else:
+            break
+    if not spec.refine or not finished(lrs):
         return tuple(lrs)
     best = max(lrs, key=lambda lr: dev[(arm, lr)])
-    if best == lrs[0]:
-        return (_round(lrs[0] / 3), *lrs)
-    if best == lrs[-1]:
-        return (*lrs, _round(lrs[-1] * 3))
-    return tuple(lrs)
+    if best in (lrs[0], lrs[-1]):  # still at an edge when the extensions ran out: nothing to refine around
+        return tuple(lrs)
+    return tuple(sorted({*lrs, _round(best / math.sqrt(3)), _round(best * math.sqrt(3))}))
 
 
 def _round(lr: float) -> float:
-    return float(f"{lr:.1g}")
+    return float(f"{lr:.2g}")
 
 
 def chosen_lr(design: DesignConfig, arm: str, dev: dict[tuple[str, float], float]) -> float | None:
@@ -210,16 +247,25 @@ def chosen_lr(design: DesignConfig, arm: str, dev: dict[tuple[str, float], float
     return max(lrs, key=lambda lr: dev[(arm, lr)])
 
 
+def run_lr(design: DesignConfig, arm: str, dev: dict[tuple[str, float], float], *, budget: int,
+           share: float = 1.0) -> float | None:
+    """The rate whose runs of `arm` at this budget and share of the data the study evaluates: the
+    curve's and the half-data runs' pinned rate (`curve_lrs`) where one is given, else the chosen one."""
+    descriptive = budget in design.curve or share != 1
+    return (design.curve_lrs.get(arm) if descriptive else None) or chosen_lr(design, arm, dev)
+
+
 def plan(design: DesignConfig, dev: dict[tuple[str, float], float], decay_share: float) -> list[Run]:
     """Every run known so far, in the order the study runs them (a seed's runs appear once its
     arm's rate is chosen; the curve once the primary arms' and the reference's are)."""
     def tier(t: int) -> list[Run]:  # its arms' grids, then their seeds at the chosen rates
-        arms = [a for a, spec in design.arms.items() if spec.tier == t and not spec.cut]
+        # the reference's grid and seeds first: it is in every primary comparison, so each of those is
+        # decided as soon as its other arm's are in
+        arms = sorted((a for a, spec in design.arms.items() if spec.tier == t and not spec.cut),
+                      key=lambda a: a != design.reference)
         runs = [r for a in arms if not design.arms[a].lr_from
                 for lr in grid(design, a, dev) for r in seed_runs(design, a, lr, 0, decay_share)]
-        # the reference's seeds first: it is in every primary comparison, so each of those is decided as
-        # soon as its other arm's seeds are in
-        for a in sorted(arms, key=lambda a: a != design.reference):
+        for a in arms:
             lr, spec = chosen_lr(design, a, dev), design.arms[a]
             if lr is not None:
                 runs += [r for k in range(0 if spec.lr_from else 1, spec.seeds)
@@ -227,10 +273,16 @@ def plan(design: DesignConfig, dev: dict[tuple[str, float], float], decay_share:
         return runs
 
     tiers = sorted({a.tier for a in design.arms.values()})
-    runs = [r for t in tiers if t <= 2 for r in tier(t)]
+    runs = [r for t in tiers if t <= 1 for r in tier(t)]
+    if design.replicate:  # the machine replicate, once its arm's rate is chosen (amendment 1: before the new rivals)
+        arm, seed = design.replicate[0], int(design.replicate[1])
+        lr = chosen_lr(design, arm, dev)
+        if lr is not None:
+            runs += [replace(r, replicate=True) for r in seed_runs(design, arm, lr, seed, decay_share)[:1]]
+    runs += [r for t in tiers if t == 2 for r in tier(t)]
     headline = (*design.primary, design.reference)
     for arm in headline:
-        lr = chosen_lr(design, arm, dev)
+        lr = design.curve_lrs.get(arm) or chosen_lr(design, arm, dev)
         if lr is None:
             continue
         if design.curve:  # seed 0's main run is the grid's; only the longer runs are new
@@ -326,7 +378,7 @@ class Experiment:
     def trees(self, run: Run, dev: dict) -> tuple[str, ...]:
         """The trees a run is replayed on: none before its arm's rate is chosen or at another rate;
         the main trees too at the main budget on all the data."""
-        if chosen_lr(self.design, run.arm, dev) != run.lr:
+        if run_lr(self.design, run.arm, dev, budget=run.budget, share=run.share) != run.lr:
             return ()
         main = run.budget == self.design.main and run.share == 1
         return tuple(dict.fromkeys((*self.design.trees, *(self.design.main_trees if main else ()))))
@@ -336,6 +388,8 @@ class Experiment:
         there was one: the first run of `plan` not yet trained or replayed."""
         dev, done, replayed = self.dev(), set(self.records().run), self.replayed()
         for run in self.plan():
+            if self.elsewhere(run):
+                continue
             if self.design.arms[run.arm].tier > 2 and not (self.speed_dir / "bench.csv").exists():
                 self.speed()  # the primary pair's speed, once everything it compares is done (before the extras)
                 return True
@@ -350,6 +404,14 @@ class Experiment:
             self.speed()
             return True
         return False
+
+    def elsewhere(self, run: Run) -> bool:
+        """Whether a replicate waits for another CPU kind: the one that trained its original is this one."""
+        if not run.replicate:
+            return False
+        records = self.records().set_index("run")
+        original = replace(run, replicate=False).name
+        return original not in records.index or records.loc[original, "cpu"] == machine()["cpu_name"]
 
     def run(self) -> None:
         """Everything left, in order; each step resumes where an interrupted one stopped. Each sitting
@@ -409,7 +471,7 @@ class Experiment:
         state, ev = meta["train_state"], meta["eval"]
         kept = self.kept_state(run)  # the parent's steps and seconds are in `state` too: this run's own are the rest
         inherited = torch.load(kept, weights_only=False)["state"] if kept else {"step": 0, "seconds": 0.0}
-        row = {"run": run.name, "arm": run.arm, "variant": self.design.arms[run.arm].variant, "lr": run.lr,
+        row = {"run": run.name, "arm": run.recorded_arm, "variant": self.design.arms[run.arm].variant, "lr": run.lr,
                "seed": run.seed, "budget": run.budget, "share": run.share, "tokens": state["tokens"],
                "epochs": round(run.budget * recipe.batch_size / sequences, 3), "train_seconds": state["seconds"],
                "seconds_per_step": state["seconds"] / run.budget, "own_steps": run.budget - inherited["step"],
@@ -433,8 +495,9 @@ class Experiment:
         prompts = self.prompts()
         refs = self._references(prompts)
         rows = replayed_steps(self.study.target, {run.name: self.folder(run)}, prompts, refs, trees=list(trees))
-        rows = rows.rename(columns={"draft": "run"}).assign(arm=run.arm, lr=run.lr, seed=run.seed,
-                                                            budget=run.budget, share=run.share)
+        rows = rows.rename(columns={"draft": "run"}).assign(arm=run.recorded_arm, lr=run.lr, seed=run.seed,
+                                                            budget=run.budget, share=run.share,
+                                                            cpu=machine()["cpu_name"])
         old = pd.read_csv(self.replays_csv) if self.replays_csv.exists() else rows.iloc[:0]
         old = old[~((old.run == run.name) & old.tree.isin(trees))]
         write_csv(self.replays_csv, pd.concat([old, rows], ignore_index=True))
@@ -527,9 +590,10 @@ class Experiment:
         rows = []
         for run in self.plan():
             ckpt = self.folder(run) / "checkpoint" / "state.pt"
-            state = "done" if run.name in done else (f"at step {_step(ckpt)}" if ckpt.exists() else "to do")
+            state = "done" if run.name in done else (f"at step {_step(ckpt)}" if ckpt.exists() else
+                                                     ELSEWHERE if self.elsewhere(run) else "to do")
             lost = run.parent is not None and run.parent.name in done and self.kept_state(run) is None
-            rows.append({"run": run.name, "arm": run.arm, "lr": run.lr, "seed": run.seed, "budget": run.budget,
+            rows.append({"run": run.name, "arm": run.recorded_arm, "lr": run.lr, "seed": run.seed, "budget": run.budget,
                          "share": run.share, "steps": run.budget if lost else run.steps, "state": state,
                          "to_replay": " ".join(t for t in self.trees(run, dev) if (run.name, t) not in replayed)})
         listed = {(r["arm"], r["seed"]) for r in rows}
@@ -539,6 +603,9 @@ class Experiment:
                           "budget": self.design.main, "share": 1.0, "steps": math.nan, "state": "waits for the grid",
                           "to_replay": ""} for k in range(1, spec.seeds) if (arm, k) not in listed]
         return pd.DataFrame(rows)
+
+
+ELSEWHERE = "waits for another CPU kind"  # the state of a replicate on the CPU kind that trained its original
 
 
 def _exit_on_sigterm(signum, frame):

@@ -64,6 +64,11 @@ VARIANTS: dict[str, tuple[str, dict]] = {
     "clover2-hard-labels": ("clover2", {"loss": "hard", "regression_weight": 0.0}),  # no distillation
     # this project's departure: the token's gain in Attention Decoder #0 back at the official 1
     "clover2-value-gain-1": ("clover2", {"value_gain": 1.0}),
+    # the official recipe (value gain 1) with one enhancement removed: the study's parts (amendment 1);
+    # the token extracted after the block is clover2-extraction-after, which has the official gain already
+    "clover2-official-no-projector": ("clover2", {"value_gain": 1.0, "output_projector": False}),
+    "clover2-official-1-layer-block": ("clover2", {"value_gain": 1.0, "aug_layers": 1}),
+    "clover2-official-hard-labels": ("clover2", {"value_gain": 1.0, "loss": "hard", "regression_weight": 0.0}),
     # the distillation loss's other parts
     "clover2-no-regression": ("clover2", {"regression_weight": 0.0}),
     "clover2-no-decay": ("clover2", {"head_decay": 1.0}),

@@ -23,7 +23,8 @@ from scipy.optimize import curve_fit
 from scipy.stats import norm
 
 from clover2.errors import Clover2Error
-from clover2.research.design import DesignConfig, chosen_lr
+from clover2.files import stable_hash
+from clover2.research.design import ELSEWHERE, DesignConfig, chosen_lr, run_lr
 from clover2.research.paper import PAPER_ANSWER_TOKENS
 
 # How far a percentile bound moves with the bootstrap's own seed at 10,000 resamples: the primary upper
@@ -51,11 +52,14 @@ Key = tuple[str, int, float, str]  # arm, budget, share, tree
 
 
 def cells(replays: pd.DataFrame, design: DesignConfig, dev: dict) -> dict[Key, Cell]:
-    """Every (arm, budget, share, tree) the replays hold at the arm's chosen rate, as a Cell whose
-    prompts are in one order for all (a cell missing a prompt another has is an error: a replay
-    interrupted between prompts)."""
-    chosen = {a: chosen_lr(design, a, dev) for a in design.arms}
-    r = replays[[math.isclose(lr, chosen.get(a) or -1) for a, lr in zip(replays.arm, replays.lr)]]
+    """Every (arm, budget, share, tree) the replays hold at the rate the study evaluates there (`run_lr`: the
+    arm's chosen rate, or the curve's pinned one), as a Cell whose prompts are in one order for all (a cell
+    missing a prompt another has is an error: a replay interrupted between prompts). Rows of arms the
+    design does not have (a machine replicate) are left out."""
+    rate = {key: run_lr(design, key[0], dev, budget=int(key[1]), share=float(key[2]))
+            for key in set(zip(replays.arm, replays.budget, replays.share)) if key[0] in design.arms}
+    r = replays[[math.isclose(lr, rate.get(key) or -1)
+                 for key, lr in zip(zip(replays.arm, replays.budget, replays.share), replays.lr)]]
     prompts = sorted(set(r.prompt))
     out = {}
     for (arm, budget, share, tree), g in r.groupby(["arm", "budget", "share", "tree"]):
@@ -70,13 +74,17 @@ def cells(replays: pd.DataFrame, design: DesignConfig, dev: dict) -> dict[Key, C
 
 def bootstrap(cells: dict[Key, Cell], n_boot: int, seed: int = 0) -> dict[Key, np.ndarray]:
     """Each cell's tau in `n_boot` two-level resamples (prompts shared by all cells, seeds shared
-    within an arm: a seed drawn for an arm is drawn for each of its cells that has it)."""
-    rng = np.random.default_rng(seed)
+    within an arm: a seed drawn for an arm is drawn for each of its cells that has it). The prompts'
+    weights come from a generator of `seed` alone and each arm's seed weights from one of its own (`seed`
+    and the arm's name), so that a cell's draws depend only on its own arm's seeds and on the prompts'
+    count: adding an arm, or seeds to one, leaves every other arm's draws as they were."""
     n_prompts = next(iter(cells.values())).tokens.shape[1]
-    prompt_w = rng.multinomial(n_prompts, np.full(n_prompts, 1 / n_prompts), size=n_boot).T  # prompts x n_boot
+    prompt_w = np.random.default_rng([seed, 0]).multinomial(n_prompts, np.full(n_prompts, 1 / n_prompts),
+                                                            size=n_boot).T  # prompts x n_boot
     seed_w = {}
     for arm in sorted({c.arm for c in cells.values()}):
         seeds = sorted({s for c in cells.values() if c.arm == arm for s in c.seeds})
+        rng = np.random.default_rng([seed, 1, int(stable_hash(arm), 16)])
         seed_w[arm] = dict(zip(seeds, rng.multinomial(len(seeds), np.full(len(seeds), 1 / len(seeds)), size=n_boot).T))
     out = {}
     for key, c in cells.items():
@@ -166,7 +174,8 @@ def comparisons(design: DesignConfig, table: dict[Key, Cell]) -> list[dict]:
     the budget family compares a primary ratio at the shorter budget with the main one."""
     main, half = design.main, design.budgets[0]
     ref = design.reference
-    rivals = [a for a, s in design.arms.items() if s.tier == 2 and not s.cut]
+    rivals = [a for a, s in design.arms.items()  # every other architecture with a grid of its own
+              if not s.lr_from and not s.cut and a not in (*design.primary, ref)]
     parts = [a for a, s in design.arms.items() if s.lr_from and not s.cut]
     key = lambda arm, budget=main, tree="eagle25": (arm, budget, 1.0, tree)  # noqa: E731
     dynamic = [t for t in design.main_trees]
@@ -319,7 +328,8 @@ def analyze(design: DesignConfig, runs: pd.DataFrame, replays: pd.DataFrame, dev
     for (arm, budget, share, tree), c in table.items():
         if tree != "eagle25" or 0 not in c.seeds:
             continue
-        at_rate = np.array([math.isclose(lr, chosen.get(arm) or -1) for lr in runs.lr], dtype=bool)
+        at_rate = np.array([math.isclose(lr, run_lr(design, arm, dev, budget=budget, share=share) or -1)
+                            for lr in runs.lr], dtype=bool)
         row = runs[(runs.arm == arm) & (runs.budget == budget) & (runs.share == share) & (runs.seed == 0) & at_rate]
         i = c.seeds.index(0)
         points.append({"arm": arm, "budget": budget, "share": share, "tokens": int(row.tokens.iloc[0]),
@@ -561,9 +571,12 @@ def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataF
          commits: str) -> str:
     """The study's results page, generated from its tables: the primary verdicts first, then every table,
     then what is not finished (said in the first paragraph once every run is). Nothing on it is typed by hand."""
-    done, left = (status.state == "done").sum(), status[status.state != "done"]
+    elsewhere = status.state == ELSEWHERE  # the machine replicate, until the study meets another CPU kind
+    done, left = (status.state == "done").sum(), status[(status.state != "done") & ~elsewhere]
     cut = (f" Cut for machine time, so not run: {', '.join(design.cut)} (the protocol's \"Order and cuts\" says "
            "what each cut costs)." if design.cut else "")
+    cut += "".join(f" The machine replicate {run} waits for a CPU kind other than the one that trained its original."
+                   for run in status.run[elsewhere])
     progress = (f"Every planned run is done ({done}).{cut}" if left.empty else
                 f"{done} of {len(status)} planned runs finished ({int(status.steps.isna().sum())} more wait for a "
                 "learning-rate choice).")
