@@ -347,13 +347,10 @@ def _notebooks(args):
 def _study(args):
     import datetime
 
-    import pandas as pd
-
-    from clover2.files import write_csv, write_text
+    from clover2.files import write_csv
     from clover2.measure.provenance import commit, machine
     from clover2.research.design import Experiment
     from clover2.research.study import Study
-    from clover2.research.verdicts import analyze, machine_text, machine_time, page, speed_table
 
     # stock kernels: the study's replays give the same tokens on every machine and session it spans
     experiment = Experiment(Study.open(args.profile, results=args.results / args.profile if args.results else None,
@@ -373,29 +370,13 @@ def _study(args):
             if (table.difference.abs() > 0.01).any():
                 raise Clover2Error("a published draft's tau differs from the committed one by more than 0.01")
         return
-    table = experiment.status()
     if args.action == "report":
-        runs = experiment.records()
-        replays = pd.read_csv(experiment.replays_csv) if experiment.replays_csv.exists() else pd.DataFrame()
-        tables = analyze(experiment.design, runs, replays, experiment.dev())
-        for name, df in tables.items():
-            write_csv(experiment.study.results / f"{name}.csv", df)
-        if (experiment.published() / "check.csv").exists():  # on the page only: the CSV is check.csv itself
-            tables["published"] = pd.read_csv(experiment.published() / "check.csv")[
-                ["arm", "tree", "committed_tau", "published_tau", "difference", "cpu", "date"]]
-        if (experiment.speed_dir / "bench.csv").exists():  # on the page only: its CSVs are in speed/
-            tables["speed"] = speed_table(pd.read_csv(experiment.speed_dir / "bench.csv"),
-                                          pd.read_csv(experiment.speed_dir / "paired.csv"),
-                                          json.loads((experiment.speed_dir / "env.json").read_text()),
-                                          experiment.design.reference)
-        sittings = pd.read_csv(experiment.sittings_csv) if experiment.sittings_csv.exists() else pd.DataFrame()
-        cpus = (machine_text(machine_time(runs, sittings, experiment.design.main)) if len(runs)
-                else machine()["cpu_name"])
-        commits = f"{runs.commit.nunique()} commits" if len(runs) else "-"
-        write_text(experiment.study.results / "README.md",
-                   page(experiment.design, tables, table, machine=cpus, commits=commits))
+        from clover2.research.study_report import write_report
+
+        write_report(experiment)
         print(experiment.study.results / "README.md")
         return
+    table = experiment.status()
     print(table.to_string(index=False))
     left = table[table.state != "done"]
     print(f"{len(table) - len(left)} of {len(table)} runs done; {int(left.steps.sum())} training steps left "

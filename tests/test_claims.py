@@ -84,11 +84,12 @@ def test_an_arm_cut_for_machine_time_reads_as_cut_not_as_undecided(tmp_path):
     from clover2.research.claims import study_claims
 
     design = load_profile("study").design
-    cut = ("clover1", "clover2-no-projector", "clover2-hard-labels")
+    cut = ("clover1", *(a for a, s in design.arms.items() if s.lr_from))  # Clover-1 and every part
     arms = {a: replace(s, cut=a in cut) for a, s in design.arms.items()}
     found = {c.claim: c.status for c in study_claims(_copy(tmp_path), replace(design, arms=arms))}
     assert found["Clover-2 predicts more tokens per step than Clover-1"] == "cut for machine time"
     assert found["Each of Clover-2's parts helps"] == "cut for machine time"
+    assert [v for k, v in found.items() if "EAGLE-3" in k] == ["not decided yet"]  # planned, not cut
     assert found["Clover-2 predicts more tokens per step than EAGLE-3 and Medusa-1"] == "not decided yet"
 
 

@@ -138,6 +138,31 @@ def test_an_interval_depends_only_on_its_own_arms_whatever_else_the_study_holds(
     assert not np.array_equal(bootstrap(cells(base, DESIGN, DEV), 500, seed=1)[key], before[key])
 
 
+def test_fits_above_the_trees_largest_tau_are_left_out_of_the_range():
+    tokens = np.array([3e5, 6e5, 1.2e6])
+    points = pd.DataFrame({"arm": "c2", "tokens": tokens, "tau": 1 + 0.001 * tokens ** 0.5})  # tau - 1 grows fast
+    free, capped = curve_fits(points, at=1.18e9).iloc[0], curve_fits(points, at=1.18e9, ceiling=6).iloc[0]
+    assert free.at_budget_power_law > 6 and free.above_ceiling == 0
+    assert np.isnan(capped.at_budget_power_law) and capped.above_ceiling == 1 and capped.range_hi <= 6
+
+
+def test_the_extra_tokens_ratio_and_the_per_task_ratios_sit_beside_each_comparison():
+    from clover2.research.verdicts import per_task
+
+    r = replays({"c2": 1.8, "e1": 1.6, "m": 1.5}, seeds={"c2": 5, "e1": 5, "m": 3}, seed_sd=0.005)
+    r["task"] = np.where(r.prompt % 2 == 0, "qa", "gsm8k")
+    v = verdicts(DESIGN, cells(r, DESIGN, DEV)).set_index("comparison")
+    row = v.loc["c2 / e1"]  # (tau_a - 1) / (tau_b - 1) is further from 1 than tau_a / tau_b
+    assert row.excess_ratio > row.ratio > 1 and row.excess_lo < row.excess_ratio < row.excess_hi
+    assert np.isnan(v.loc[v.family == "budget", "excess_ratio"]).all()  # a ratio of ratios has none
+    tasks = per_task(DESIGN, r, DEV)
+    assert set(tasks.task) == {"qa", "gsm8k"} and set(tasks.prompts) == {66, 65}
+    assert not tasks[tasks.comparison.str.contains(" over ")].shape[0]
+    primary = tasks[tasks.comparison == "c2 / e1"]
+    assert (primary.lo < primary.ratio).all() and (primary.paper > 1).all()  # the paper's ratio for the task
+    assert tasks[tasks.comparison == "c2 / m"].paper.isna().all()  # the paper publishes none against Medusa
+
+
 def test_a_replay_missing_a_prompt_is_refused():
     r = replays({"c2": 1.8, "e1": 1.8}, seeds={"c2": 2, "e1": 2}, prompts=5)
     with pytest.raises(Clover2Error, match="every prompt"):
@@ -238,14 +263,23 @@ def test_the_page_gives_the_primary_pair_in_words_and_the_rest_in_one_table():
     text = page(DESIGN, {**tables, "grid": grid}, status, machine="cpu", commits="abc")
     assert "The learning rate chosen for c2 is at the edge" in text.split("## The secondary comparisons")[0]
     assert "Still at the edge" not in text  # said once, above
-    fits = pd.DataFrame({"arm": ["c2"], "points": [3], "range_lo": [3.0], "range_hi": [4.0],
-                         "relative_slope_per_doubling": [0.2]})
+    fits = pd.DataFrame({"arm": ["c2"], "points": [3], "range_lo": [3.0], "range_hi": [4.0], "above_ceiling": [0],
+                         "ceiling": [6.0], "relative_slope_per_doubling": [0.2]})
     data = pd.DataFrame({"arm": ["c2"], "twice the steps": [1.1], "twice the unique data": [1.01]})
     text = page(DESIGN, {**tables, "fits": fits, "data": data}, status, machine="cpu", commits="abc")
     assert "## Data or repetition" not in text  # one table: the fits with the data ratios beside them
     assert "| c2 | 3 | 3.00-4.00 | +20% | 1.100 | 1.010 |" in text.split("## tau at the paper's budget")[1]
     assert "(from four points; each curve here has 3) a saturating one" in text
+    capped = fits.assign(range_lo=[3.0], range_hi=[3.0], above_ceiling=[1])  # a form read above the tree's most
+    text = page(DESIGN, {**tables, "fits": capped}, status, machine="cpu", commits="abc")
+    assert "| c2 | 3 | 3.00 (1 form above 6) |" in text and "exceeds the tree's largest tau (6)" in text
+    none = fits.assign(range_lo=[np.nan], range_hi=[np.nan], above_ceiling=[2])
+    assert "| above 6 in every form |" in page(DESIGN, {**tables, "fits": none}, status, machine="cpu", commits="x")
     assert "## Data or repetition" in page(DESIGN, {**tables, "data": data}, status, machine="cpu", commits="abc")
+    drawn = page(DESIGN, tables, status, machine="cpu", commits="abc", figures={"verdicts": "figures/forest.png"})
+    assert "![The secondary comparisons](figures/forest.png)" in drawn and "rules from before it" not in drawn
+    assert "by the protocol's rules from before it" in page(DESIGN, tables, status, machine="cpu", commits="abc",
+                                                            amended=False)
     check = pd.DataFrame({"arm": ["c2", "e1"], "tree": ["eagle25"] * 2, "committed_tau": [1.7, 1.6],
                           "published_tau": [1.7, 1.6], "difference": [0.0, 0.0], "cpu": ["X"] * 2,
                           "date": ["2026-12-05"] * 2})

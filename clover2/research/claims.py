@@ -131,9 +131,10 @@ def study_claims(results: Path, design: DesignConfig | None = None) -> list[Clai
             text = claim.format(a=a, b=b)
             out.append(Claim(text, "(the paper's premise)" if family == "architectures" else "(its design)",
                              f"tau ratio {_ratio(x)}, Holm p {p_text(x.p_holm)}", _study_status(x.verdict), page))
-        planned = [a for a, s in design.arms.items()
-                   if not s.cut and (s.lr_from if family == "parts" else s.tier == 2)]
-        if r.empty and planned:
+        decided = {c.split(" / ")[1 if family == "architectures" else 0] for c in r.comparison} if len(r) else set()
+        planned = [a for a, s in design.arms.items() if not s.cut and a not in decided
+                   and (s.lr_from if family == "parts" else not s.lr_from and a not in (*design.primary, ref))]
+        if planned and (family == "architectures" or r.empty):
             out.append(Claim(f"Clover-2 predicts more tokens per step than {_names(planned)}"
                              if family == "architectures" else "Each of Clover-2's parts helps",
                              "(the paper's premise)" if family == "architectures" else "(its design)", progress,

@@ -37,12 +37,14 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from clover2.decoding.decode import DecodeConfig
+from clover2.decoding.kernels import MODES
 from clover2.decoding.prompts import first_turn_ids
 from clover2.drafts.checkpoint import SIDECAR, WEIGHTS, load_draft, probe, target_record
 from clover2.errors import Clover2Error
 from clover2.files import atomic_path, sha256_file, stable_hash, write_csv, write_json
 from clover2.measure.acceptance import layers_read, references, replayed_steps
 from clover2.measure.bench import run_bench
+from clover2.measure.methods import parse_tree
 from clover2.measure.provenance import commit, machine
 from clover2.paths import cache_root
 from clover2.training.data import DistillData
@@ -75,6 +77,32 @@ class Arm:
 
 
 @dataclass(frozen=True)
+class SpeedConfig:
+    """The speed claims in their CPU form (book/protocol.md, amendment 1; `clover2.research.speed`): how each
+    timed draft's tree is chosen and how the evaluation is timed. The prompts, new tokens and resamples are
+    the design's own."""
+
+    calibration_per_task: int = 4  # dev-split prompts of each bench task the trees are chosen on (never evaluated)
+    chains: tuple[int, ...] = (1, 2, 3, 4, 5)  # depths of the chain trees among the candidates
+    trees: tuple[str, ...] = ("eagle25",)  # fixed trees among the candidates, beside the chains and the fitted tree
+    kernels: str = "auto"  # the target's linear kernels while timing (clover2.decoding.kernels): the fastest measured
+    # other processes above this share of the machine's CPU during the evaluation: it is timed again, once
+    contended_share: float = 0.05
+    alpha: float = 0.05  # Holm's family-wise level over C1 and C2; the intervals are at 1 - alpha
+    threads: int = 0  # torch threads while timing (0: every CPU this process may use)
+
+    def __post_init__(self):
+        if self.calibration_per_task < 1 or not self.chains or min(self.chains) < 1 or self.threads < 0:
+            raise Clover2Error(f"design speed_claims: need calibration_per_task >= 1, chain depths >= 1 and "
+                               f"threads >= 0: {self}")
+        if self.kernels not in MODES or not 0 <= self.contended_share < 1 or not 0 < self.alpha < 1:
+            raise Clover2Error(f"design speed_claims: kernels one of {', '.join(MODES)}, 0 <= contended_share < 1 "
+                               f"and 0 < alpha < 1: {self}")
+        for tree in self.trees:
+            parse_tree(tree)  # a bad tree fails when the profile loads, not after the study's training
+
+
+@dataclass(frozen=True)
 class DesignConfig:
     """The study's arms, budgets and evaluation (book/protocol.md)."""
 
@@ -99,6 +127,8 @@ class DesignConfig:
     margin: float = 0.03  # equivalence: a ratio interval inside [1 - margin, 1 + margin]
     smallest_claim: float = 0.01  # the paper's smallest claimed gain: an interval below 1 + this excludes it
     largest_claim: float = 0.05  # the paper's largest claimed gain: where an interval above 1 lies against the claim
+    # the speed claims in their CPU form, timed last into results/<profile>/speed-cpu/ (None: not timed)
+    speed_claims: SpeedConfig | None = None
 
     def __post_init__(self):
         names = set(self.arms)
@@ -130,6 +160,9 @@ class DesignConfig:
         raw = dict(raw or {})
         arms = raw.pop("arms", {}) or {}
         try:
+            if raw.get("speed_claims") is not None:
+                raw["speed_claims"] = SpeedConfig(**{k: tuple(v) if isinstance(v, list) else v
+                                                     for k, v in raw["speed_claims"].items()})
             parsed = {name: Arm(**{k: tuple(v) if isinstance(v, list) else v for k, v in (spec or {}).items()})
                       for name, spec in arms.items()}
             raw["extend_edge"] = int(raw.get("extend_edge", 1))  # yaml's true/false: the protocol's once / never
@@ -140,6 +173,16 @@ class DesignConfig:
     @property
     def main(self) -> int:
         return self.budgets[-1]
+
+    def before_amendment(self) -> DesignConfig:
+        """The protocol's rate rules before amendment 1 (a grid extended once, no half steps): what the pages
+        read while the amendment's grids are still running (book/protocol.md: nothing decided is decided
+        again until its block is finished)."""
+        return replace(self, extend_edge=1, arms={a: replace(s, refine=False) for a, s in self.arms.items()})
+
+    def settled(self, dev: dict[tuple[str, float], float]) -> bool:
+        """Whether the primary arms' and the reference's rates are chosen under these rules."""
+        return all(chosen_lr(self, a, dev) is not None for a in (*self.primary, self.reference))
 
     @property
     def cut(self) -> tuple[str, ...]:
@@ -403,6 +446,11 @@ class Experiment:
         if not (self.speed_dir / "bench.csv").exists():
             self.speed()
             return True
+        if self.design.speed_claims is not None and not (self.speed_claims_dir / "claims.csv").exists():
+            from clover2.research.speed import measure  # it reads this module's plan: imported where it runs
+
+            measure(self)  # the speed claims last: they need the machine alone and every seed's draft
+            return True
         return False
 
     def elsewhere(self, run: Run) -> bool:
@@ -437,11 +485,12 @@ class Experiment:
             old = pd.read_csv(self.sittings_csv) if self.sittings_csv.exists() else pd.DataFrame()
             write_csv(self.sittings_csv, pd.concat([old, pd.DataFrame([row])], ignore_index=True))
 
-    def train(self, run: Run) -> None:
+    def train(self, run: Run, *, record: bool = True) -> None:
         """Train a run (continuing from its parent's kept state), then record it. Where the parent is
         recorded but its state is gone (a study moved to a machine without its cache), the run trains
         from step 0: the same run, warmup-stable-decay being the same up to its decay, at the cost
-        of the parent's steps."""
+        of the parent's steps. Without `record`, runs.csv keeps the row it has (a recorded run's draft
+        trained again on a machine without the cache, for the speed claims)."""
         if run.parent is not None and run.parent.name not in set(self.records().run):
             self.train(run.parent)
         out = self.folder(run)
@@ -454,7 +503,8 @@ class Experiment:
             self.study.prepare_data(self.data_dir, self.eval_dir)
             train(self.study.target, self.data_dir, out, draft_config, recipe, eval_dir=self.eval_dir,
                   start_from=start)
-        self._record(run)
+        if record:
+            self._record(run)
 
     def kept_state(self, run: Run) -> Path | None:
         """The state a run continues from: its parent's at `parent_step`, or None (step 0) where it has
@@ -505,6 +555,12 @@ class Experiment:
     @property
     def speed_dir(self) -> Path:
         return self.study.results / "speed"
+
+    @property
+    def speed_claims_dir(self) -> Path:
+        """The speed claims in their CPU form (`clover2.research.speed`); `speed_dir` is the earlier run on
+        the 25-node tree and PyTorch's stock kernels."""
+        return self.study.results / "speed-cpu"
 
     def speed(self) -> pd.DataFrame:
         """The primary arms' and the reference's published drafts (seed 0, main budget), timed against

@@ -284,3 +284,83 @@ def tree_pays_plot(trees: pd.DataFrame, *, title: str = ""):
         ax.set_title(title, fontsize=10)
     fig.tight_layout()
     return fig
+
+
+def _legend_beside(fig, ax, title: str):
+    """The study figures' finish: the legend right of the axes, the title if any, the layout tightened."""
+    ax.legend(fontsize=9, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
+    if title:
+        ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def forest(verdicts: pd.DataFrame, *, band: tuple[float, float], title: str = ""):
+    """Every comparison of the designed study (`verdicts.csv`, the budget family's ratio of ratios apart):
+    its tau ratio and interval as a dot and a bar, one row each, grouped by family, beside the paper's
+    claimed band of gains (shaded) and no difference (the line at 1)."""
+    v = verdicts[~verdicts.comparison.str.contains(" over ")].reset_index(drop=True)
+    labels = [c if t == "eagle25" else f"{c} ({t.split(':')[1]}-node dynamic)" if t.startswith("dynamic:") else
+              f"{c} ({t})" for c, t in zip(v.comparison, v.tree)]
+    fig, ax = plt.subplots(figsize=(COLUMN_IN, 0.34 * len(v) + 1.8))
+    ax.axvspan(*band, color="tab:green", alpha=0.15, label=f"the paper's claim ({band[0] - 1:+.0%} to "
+               f"{band[1] - 1:+.0%})")
+    ax.axvline(1, color="0.3", lw=1)
+    colors = dict(zip(v.family.unique(), sns.color_palette("tab10")))
+    y = np.arange(len(v))[::-1]
+    for family, g in v.groupby("family", sort=False):
+        rows = y[g.index]
+        ax.errorbar(g.ratio, rows, xerr=[g.ratio - g.lo, g.hi - g.ratio], fmt="o", color=colors[family],
+                    capsize=3, label=family)
+    ax.set_yticks(y, labels)
+    ax.set_xlabel("tau ratio (interval: 97.5% primary, 95% otherwise)")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.3, -0.22), ncol=3, fontsize=9, frameon=False)
+    if title:
+        ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def per_task_ratios(per_task: pd.DataFrame, *, title: str = ""):
+    """The primary comparisons' tau ratio per Spec-Bench task (dots with 95% intervals over that task's
+    prompts and the seeds, 25-node tree) beside the paper's Clover-2 / EAGLE-1 ratio for the task (crosses)."""
+    p = per_task[(per_task.family == "primary") & (per_task.tree == "eagle25")]
+    tasks = list(dict.fromkeys(t for t in TASK_LABELS if t in set(p.task))) or sorted(p.task.unique())
+    fig, ax = plt.subplots(figsize=(COLUMN_IN, 3.2))
+    comparisons = list(p.comparison.unique())
+    width = 0.7 / max(1, len(comparisons))
+    for i, (comparison, color) in enumerate(zip(comparisons, sns.color_palette("tab10"))):
+        g = p[p.comparison == comparison].set_index("task").reindex(tasks)
+        x = np.arange(len(tasks)) + (i - (len(comparisons) - 1) / 2) * width
+        ax.errorbar(x, g.ratio, yerr=[g.ratio - g.lo, g.hi - g.ratio], fmt="o", color=color, capsize=3,
+                    label=comparison)
+    paper = p.drop_duplicates("task").set_index("task").reindex(tasks).paper
+    ax.scatter(np.arange(len(tasks)), paper, marker="x", s=60, color="black", zorder=3,
+               label="the paper: Clover-2 / EAGLE-1")
+    ax.axhline(1, color="0.3", lw=1)
+    ax.set_xticks(np.arange(len(tasks)), [TASK_LABELS.get(t, t) for t in tasks])
+    ax.set_ylabel("tau ratio")
+    return _legend_beside(fig, ax, title)
+
+
+def study_curve(curve: pd.DataFrame, spread: pd.DataFrame, *, arms: list[str], title: str = ""):
+    """The designed study's learning curve: seed 0's tau (25-node tree) at every annealed budget against
+    the answer tokens it saw (log scale), and at the budgets with seeds, their mean and standard deviation."""
+    c = curve[curve.arm.isin(arms) & (curve.share == 1)]
+    s = spread[spread.arm.isin(arms) & (spread.share == 1) & (spread.tree == "eagle25") & (spread.seeds > 1)]
+    tokens = c.set_index(["arm", "budget"]).tokens
+    fig, ax = plt.subplots(figsize=(COLUMN_IN, 3.2))
+    for arm, color in zip(arms, sns.color_palette("tab10")):
+        g = c[c.arm == arm].sort_values("tokens")
+        ax.plot(g.tokens, g.tau, "o-", color=color, label=f"{arm}, seed 0")
+        seeded = s[s.arm == arm]
+        x = [tokens.get((arm, b), np.nan) for b in seeded.budget]
+        ax.errorbar(x, seeded.tau, yerr=seeded.seed_sd, fmt="s", mfc="none", color=color, capsize=3,
+                    label=f"{arm}, mean of {int(seeded.seeds.max())} seeds" if len(seeded) else None)
+    ax.set_xscale("log")
+    ax.xaxis.set_major_locator(LogLocator(subs=(1, 2, 5)))  # 200k, 500k, 1M: few labels, none overlapping
+    ax.xaxis.set_major_formatter(EngFormatter(sep=""))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlabel("answer tokens seen (log scale)")
+    ax.set_ylabel("tau, 25-node tree")
+    return _legend_beside(fig, ax, title)

@@ -24,8 +24,11 @@ from scipy.stats import norm
 
 from clover2.errors import Clover2Error
 from clover2.files import stable_hash
+from clover2.measure.methods import parse_tree
 from clover2.research.design import ELSEWHERE, DesignConfig, chosen_lr, run_lr
-from clover2.research.paper import PAPER_ANSWER_TOKENS
+from clover2.research.paper import PAPER_ANSWER_TOKENS, clover2_over_eagle1
+from clover2.research.paper import tau as paper_tau
+from clover2.research.report import TASK_LABELS
 
 # How far a percentile bound moves with the bootstrap's own seed at 10,000 resamples: the primary upper
 # bound of the study ranged over 0.0003 across six seeds; a bound nearer 1 than this could cross it.
@@ -213,8 +216,13 @@ def verdicts(design: DesignConfig, table: dict[Key, Cell], *, seed: int = 0) -> 
         stats = compare(value(num, point) / value(den, point), value(num, draws) / value(den, draws), level)
         first = num[0] if isinstance(num[0], tuple) else num
         other = den[0] if isinstance(den[0], tuple) else den
+        # the paper's own convention beside it: the ratio of the extra tokens per step, tau - 1 (a cell pair only)
+        excess = ({} if isinstance(num[0], tuple) or min(point[num], point[den]) <= 1 else  # none without extra tokens
+                  {f"excess_{k}": v for k, v in compare((point[num] - 1) / (point[den] - 1),
+                                                        (draws[num] - 1) / (draws[den] - 1), level).items()
+                   if k in ("ratio", "lo", "hi")})
         rows.append({"family": c["family"], "comparison": c["comparison"], "tree": first[3], "budget": first[1],
-                     **stats, "seeds": f"{len(table[first].seeds)} vs {len(table[other].seeds)}",
+                     **stats, **excess, "seeds": f"{len(table[first].seeds)} vs {len(table[other].seeds)}",
                      "prompts": table[first].tokens.shape[1],
                      "complete": all(len(table[k].seeds) >= design.arms[k[0]].seeds for k in (first, other))})
     out = pd.DataFrame(rows)
@@ -275,12 +283,14 @@ def saturating(tokens, tau_max, scale, alpha):
     return tau_max - scale * np.power(tokens / 1e6, -alpha)
 
 
-def curve_fits(points: pd.DataFrame, at: float) -> pd.DataFrame:
+def curve_fits(points: pd.DataFrame, at: float, ceiling: float = math.inf) -> pd.DataFrame:
     """Per arm, tau against training tokens (`points`: arm, tokens, tau; annealed runs), fitted by a
     log-linear law (tau gains the same amount per doubling of tokens), a power law in tau - 1 (tau - 1
     gains the same share per doubling: the form of EAGLE-3's published data scaling) and, with a point
     to spare for its three parameters, a saturating power law; each read at `at` tokens, with the range
-    they span there and the power law's gain in tau - 1 per doubling (2^b - 1)."""
+    they span there and the power law's gain in tau - 1 per doubling (2^b - 1). A reading above `ceiling`
+    (the tree's largest tau: its depth plus the bonus token) is no value tau can take: it is left out of
+    the range (NaN) and counted in `above_ceiling`."""
     rows = []
     for arm, g in points.groupby("arm"):
         g = g.sort_values("tokens")
@@ -297,9 +307,12 @@ def curve_fits(points: pd.DataFrame, at: float) -> pd.DataFrame:
                 fits["saturating"] = float(saturating(at, *p))
             except RuntimeError:
                 fits["saturating"] = np.nan
+        above = [k for k, v in fits.items() if v > ceiling]
+        fits = {k: np.nan if k in above else v for k, v in fits.items()}
         values = [v for v in fits.values() if not np.isnan(v)]
         rows.append({"arm": arm, "points": len(g), **{f"at_budget_{k}": v for k, v in fits.items()},
-                     "range_lo": min(values), "range_hi": max(values), "relative_slope_per_doubling": 2 ** e - 1})
+                     "range_lo": min(values, default=np.nan), "range_hi": max(values, default=np.nan),
+                     "above_ceiling": len(above), "ceiling": ceiling, "relative_slope_per_doubling": 2 ** e - 1})
     return pd.DataFrame(rows)
 
 
@@ -343,8 +356,32 @@ def analyze(design: DesignConfig, runs: pd.DataFrame, replays: pd.DataFrame, dev
         for arm in design.arms if design.half_data and {(arm, 1.0, design.main), (arm, 1.0, design.budgets[0]),
                                                         (arm, design.half_data, design.main)} <= set(curve.index)])
     full = tables["curve"][tables["curve"].share == 1]
-    tables["fits"] = curve_fits(full[full.arm.isin([*design.primary, design.reference])], at=PAPER_ANSWER_TOKENS)
+    tables["fits"] = curve_fits(full[full.arm.isin([*design.primary, design.reference])], at=PAPER_ANSWER_TOKENS,
+                                ceiling=int(parse_tree(design.trees[0]).depth.max()) + 1)
+    tables["per_task"] = per_task(design, replays, dev)
     return tables
+
+
+def per_task(design: DesignConfig, replays: pd.DataFrame, dev: dict) -> pd.DataFrame:
+    """Every comparison of two cells (the budget family's ratio of ratios apart) within each task's prompts:
+    its tau ratio and 95% interval from the same two-level bootstrap on that task's prompts alone
+    (descriptive: about 24 prompts a task), beside the paper's Clover-2 / EAGLE-1 ratio for that task where
+    it publishes one (the mean of its two targets)."""
+    paper = clover2_over_eagle1(paper_tau().rename(columns={"target": "source"})).groupby("task").tau_ratio.mean()
+    rows = []
+    for task, r in replays.groupby("task"):
+        table = cells(r, design, dev)
+        if not table:
+            continue
+        draws, point = bootstrap(table, design.n_boot), {k: c.tau() for k, c in table.items()}
+        for c in comparisons(design, table):
+            if isinstance(c["num"][0], tuple):
+                continue
+            stats = compare(point[c["num"]] / point[c["den"]], draws[c["num"]] / draws[c["den"]], 0.95)
+            rows.append({"family": c["family"], "comparison": c["comparison"], "tree": c["num"][3], "task": task,
+                         "prompts": table[c["num"]].tokens.shape[1], **{k: stats[k] for k in ("ratio", "lo", "hi")},
+                         "paper": paper.get(task, np.nan) if c["den"][0] == design.reference else np.nan})
+    return pd.DataFrame(rows)
 
 
 def machine_time(runs: pd.DataFrame, sittings: pd.DataFrame, main: int) -> pd.DataFrame:
@@ -443,6 +480,8 @@ def readable(name: str, df: pd.DataFrame) -> pd.DataFrame:
         out = pd.DataFrame({  # the raw p and the prompt count are in verdicts.csv; the 25-node tree unless named
             "family": df.family, "comparison": named, "steps": df.budget,
             "tau ratio [interval]": [f"{r.ratio:.3f} {bracket(r.lo, r.hi)}" for r in df.itertuples()],
+            "tau - 1 ratio": [f"{x:.3f}" if x == x else ""  # none for a ratio of ratios
+                              for x in df.get("excess_ratio", pd.Series(np.nan, df.index))],
             "Holm p": df.p_holm.map(p_text), "seeds": df.seeds, "verdict": df.verdict})
         return out.drop(columns=["steps"]) if df.budget.nunique() == 1 else out
     if name == "spread":  # one row per arm, one column per budget, data share and tree
@@ -459,9 +498,17 @@ def readable(name: str, df: pd.DataFrame) -> pd.DataFrame:
     if name == "fits":
         return pd.DataFrame({
             "arm": df.arm, "points": df.points,
-            "tau at 1.18B tokens, range": [f"{r.range_lo:.2f}" if r.range_lo == r.range_hi
-                                           else f"{r.range_lo:.2f}-{r.range_hi:.2f}" for r in df.itertuples()],
+            "tau at 1.18B tokens, range": [_fit_range(r) for r in df.itertuples()],
             "gain in tau - 1 per doubling": df.relative_slope_per_doubling.map("{:+.0%}".format)})
+    if name == "per_task":  # one row per comparison, one column per task; the paper's ratios in a last row
+        named = [c if t == "eagle25" else f"{c}, {_tree(t)} tree" for c, t in zip(df.comparison, df.tree)]
+        cell = [f"{r.ratio:.2f} ({r.lo:.2f}-{r.hi:.2f})" for r in df.itertuples()]
+        tasks = [t for t in TASK_LABELS if t in set(df.task)]
+        wide = df.assign(comparison=named, value=cell).pivot_table(index="comparison", columns="task", values="value",
+                                                                   aggfunc="first", sort=False)[tasks]
+        paper = df.dropna(subset=["paper"]).drop_duplicates("task").set_index("task").paper.reindex(tasks)
+        wide.loc["the paper: Clover-2 / EAGLE-1"] = paper.map(lambda v: "" if np.isnan(v) else f"{v:.2f}")
+        return wide.rename(columns=TASK_LABELS).reset_index().rename_axis(columns=None)
     if name == "speed":  # the drafts only: plain decoding's speed is the note's
         ref, df = df.reference.iloc[0], df[df.arm != "ar"]
         return pd.DataFrame({
@@ -488,6 +535,19 @@ def readable(name: str, df: pd.DataFrame) -> pd.DataFrame:
         return out.assign(**{"tree": out.tree.map(_tree), "replayed on": out.cpu + ", " + out.date}).drop(
             columns=["cpu", "date"])
     return df
+
+
+def _fit_range(row) -> str:
+    """A fits row's range at the paper's budget, its forms above the tree's largest tau left out."""
+    if np.isnan(row.range_lo):
+        return f"above {row.ceiling:g} in every form"
+    said = f"{row.range_lo:.2f}" if row.range_lo == row.range_hi else f"{row.range_lo:.2f}-{row.range_hi:.2f}"
+    return said + (f" ({row.above_ceiling} form{'s' * (row.above_ceiling != 1)} above {row.ceiling:g})"
+                   if row.above_ceiling else "")
+
+
+def _ceiling(fits: pd.DataFrame | None) -> str:
+    return "?" if fits is None or fits.empty else f"{fits.ceiling.iloc[0]:g}"
 
 
 def at_edge(design: DesignConfig, grid: pd.DataFrame | None) -> list[str]:
@@ -568,9 +628,12 @@ def _speed_note(speed: pd.DataFrame | None, design: DesignConfig) -> str:
 
 
 def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataFrame, *, machine: str,
-         commits: str) -> str:
-    """The study's results page, generated from its tables: the primary verdicts first, then every table,
-    then what is not finished (said in the first paragraph once every run is). Nothing on it is typed by hand."""
+         commits: str, figures: dict[str, str] | None = None, amended: bool = True) -> str:
+    """The study's results page, generated from its tables: the primary verdicts first, then every table
+    (each followed by its figure in `figures`, by table name, where one was drawn), then what is not
+    finished (said in the first paragraph once every run is). `amended`: False while amendment 1's grids
+    run and the page reads the protocol's earlier rules (said first). Nothing on it is typed by hand."""
+    figures = figures or {}
     elsewhere = status.state == ELSEWHERE  # the machine replicate, until the study meets another CPU kind
     done, left = (status.state == "done").sum(), status[(status.state != "done") & ~elsewhere]
     cut = (f" Cut for machine time, so not run: {', '.join(design.cut)} (the protocol's \"Order and cuts\" says "
@@ -585,6 +648,11 @@ def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataF
              f"Trained in fp32, code at {commits} (each run's in `runs.csv`), on {machine} (wall clock: "
              "`runs.csv`, and the sittings of `clover2 study run`, logged in `sittings.csv` since 2026-12-04). "
              f"The protocol is {{doc}}`../../book/protocol`.", ""]
+    if not amended:
+        lines += ["Amendment 1's learning-rate grids are still running, so every reading below is made by the "
+                  "protocol's rules from before it (a grid extended once, no half steps), with its bootstrap's "
+                  "one random generator per arm; the readings by the amendment's rules replace these once its "
+                  "grids are finished.", ""]
     v = tables.get("verdicts", pd.DataFrame())
     primary = v[v.family == "primary"] if not v.empty else v
     lines += ["## The primary comparisons", ""]
@@ -593,7 +661,8 @@ def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataF
     for r in primary.itertuples():
         lines += [f"- **{r.comparison}** (tau ratio, {_tree(r.tree)} tree, {r.budget} steps, {r.seeds} seeds, "
                   f"{r.prompts} prompts): {r.ratio:.3f} {bracket(r.lo, r.hi)} at {r.level:.1%}: "
-                  f"**{_said(design, r)}**."]
+                  f"**{_said(design, r)}**; in the paper's own convention, the ratio of the extra tokens per "
+                  f"step (tau - 1), {r.excess_ratio:.3f} {bracket(r.excess_lo, r.excess_hi)}."]
     edge = [a for a in design.primary if a in at_edge(design, tables.get("grid"))]
     said = edge if not primary.empty else []  # arms whose edge caveat is given here, not again under the grid
     if said:
@@ -603,9 +672,14 @@ def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataF
                   "the grid might do better."]
     names = {
         "verdicts": ("The secondary comparisons", f"The tau ratio at {design.main} steps on the 25-node tree unless "
-                     "named, with its interval over seeds and prompts (95%); the bootstrap's two-sided p, "
-                     "Holm-corrected within each family. Every comparison with its raw p and prompt count, the "
-                     "primary two too, is in `verdicts.csv`."),
+                     "named, with its interval over seeds and prompts (95%), and the ratio of tau - 1 (the "
+                     "paper's extra tokens per step); the bootstrap's two-sided p, Holm-corrected within each "
+                     "family. Every comparison with its raw p and prompt count, the primary two too, is in "
+                     "`verdicts.csv`. The figure shows every comparison, the primary two included, against the "
+                     f"paper's claimed gain of {design.smallest_claim:.0%}-{design.largest_claim:.0%}."),
+        "per_task": ("Per task", "Each comparison's tau ratio within each Spec-Bench task's prompts (about 24 a "
+                     "task; 95% intervals over those prompts and the seeds; descriptive, no verdict), beside the "
+                     "paper's Clover-2 / EAGLE-1 ratio per task (the mean of its two targets)."),
         "spread": ("tau per arm", "The seeds' mean tau at each budget and tree (EAGLE-1's 25-node tree unless "
                    "named), with the seed-to-seed standard deviation and the half-width of one seed's 95% interval "
                    "over prompts in brackets."),
@@ -616,7 +690,9 @@ def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataF
                       design.arms[a].seeds for a in (*design.primary, design.reference)))),
         "grid": ("Learning-rate grids", f"The dev measure (simulated chain length) of seed 0 after {design.main} "
                  "steps, per learning rate; the best rate (in bold) is chosen, and a best rate at the grid's edge "
-                 "extends the grid once." + _still_at_edge(design, tables.get("grid"), said=said)),
+                 + ("extends the grid x3 until the best is interior, then a half step each side of it for the "
+                    "primary arms and EAGLE-3 (amendment 1)." if amended else "extends the grid once.")
+                 + _still_at_edge(design, tables.get("grid"), said=said)),
         "curve": ("The learning curve", f"Seed 0 of {', '.join((*design.primary, design.reference))} at every "
                   "annealed budget, tau on the 25-node tree (the other arms' are in `curve.csv`). "
                   + _tokens_seen(tables.get("curve"))),
@@ -624,8 +700,10 @@ def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataF
                  "tau - 1 and " + ("a saturating power law" if _points(tables.get("fits")) >= 4 else
                                    f"(from four points; each curve here has {_points(tables.get('fits'))}) a "
                                    "saturating one") + ", read at the paper's 1.18B answer tokens: a range, not a "
-                 "prediction. The gain per doubling is the power law's (EAGLE-3's published data scaling: about "
-                 "+7%). Beside them, seed 0's tau ratio from twice the steps and from twice the unique data."),
+                 "prediction; a form whose reading exceeds the tree's largest tau "
+                 f"({_ceiling(tables.get('fits'))}) is left out of the range. The gain per doubling is the power "
+                 "law's (EAGLE-3's published data scaling: about +7%). Beside them, seed 0's tau ratio from twice "
+                 "the steps and from twice the unique data."),
         "data": ("Data or repetition", "The tau ratio from twice the steps beside the one from twice the unique "
                  "data, seed 0."),
         "speed": ("Speed of the primary pair", _speed_note(tables.get("speed"), design)),
@@ -648,6 +726,8 @@ def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataF
                 note += f" Replayed on {frame['replayed on'].iloc[0]}."
                 frame = frame.drop(columns=["replayed on"])
             lines += ["", f"## {title}", "", note, "", markdown(frame)]
+            if key in figures:
+                lines += ["", f"![{title}]({figures[key]})"]
     if not left.empty:
         runs = left.groupby("arm", sort=False).run.size()
         todo = (f"{len(left)} run{'s' * (len(left) != 1)} ({int(left.steps.isna().sum())} of them wait for their "

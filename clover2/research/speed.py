@@ -1,0 +1,358 @@
+"""The study's speed claims in their CPU form (book/protocol.md, amendment 1): does each Clover-2 decode
+faster than plain decoding (C1), and faster than EAGLE-1 (C2), on this CPU?
+
+`clover2 study run` measures them last (`Experiment.next_step`, for a design with `speed_claims`), once every
+planned run is trained and replayed, into results/<profile>/speed-cpu/, written at once: a stage cut short
+leaves nothing there and runs again whole. (speed/ keeps the earlier run on the 25-node tree and PyTorch's
+stock kernels.)
+
+1. **Kernels**: a copy of the target on the fastest linear kernels measured here (`kernels="auto"`; the
+   study's own target keeps the stock kernels its replays decode with). Plain decoding runs on the same plan,
+   which env.json records with the cost curve that checks it (`checked_cost_curves`).
+2. **Trees** (calibration.csv): per timed arm (the primary arms and the reference), its seed-0 draft on each
+   candidate tree (a chain of each depth in `chains`, the tree `clover2.measure.fit` fits to that draft on
+   this machine, and the fixed `trees`: EAGLE-1's 25 nodes), interleaved with plain decoding on a calibration
+   set of `dev`-split prompts the evaluation never sees; the highest geometric-mean speedup wins. The fit's
+   predicted speedup stands beside the measured one.
+3. **Evaluation** (timings.csv): on the design's evaluation prompts, plain decoding, prompt lookup, the suffix
+   cache and every seed of each timed arm on its tree, and each seed-0 draft behind the suffix cache
+   (descriptive), in one repeat interleaved prompt by prompt (`clover2.measure.bench.interleaved` rotates
+   the order); timed again, once, where other processes took more than `contended_share` of the machine.
+   A seed whose draft is not in this machine's cache is trained again first (runs.csv keeps its row) and
+   replayed: its fresh tau beside the committed one (retrained.csv). Every output must equal plain greedy
+   decoding's: one that does not is an error, and nothing is written.
+4. **Statistic** (speedups.csv, claims.csv): per prompt and seed, plain decoding's seconds over the method's;
+   an arm's speedup is their geometric mean over prompts, averaged in logs over its seeds, with the interval
+   of `clover2.research.verdicts.bootstrap` (prompts resampled once and shared by every arm; each arm's seeds
+   from a generator of its own) on the log speedups. C1 and C2 for every primary arm are one family, Holm at
+   `alpha`: "faster", "slower" or "no difference shown".
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+import warnings
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict, replace
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+import torch
+
+from clover2.decoding.decode import DecodeConfig
+from clover2.decoding.prompts import PromptRecord, first_turn_ids
+from clover2.decoding.target import Target, with_kernels
+from clover2.drafts.base import DraftModel
+from clover2.drafts.checkpoint import SIDECAR, WEIGHTS, load_draft
+from clover2.errors import Clover2Error
+from clover2.files import atomic_path, write_csv, write_json
+from clover2.load import mark, other_share
+from clover2.measure.acceptance import replayed_steps
+from clover2.measure.bench import Method, checked_cost_curves, interleaved, make_method
+from clover2.measure.fit import FitConfig, calibrate, calibration_records, fit
+from clover2.measure.methods import MethodSpec
+from clover2.measure.provenance import environment
+from clover2.research.design import Run, SpeedConfig, chosen_lr, seed_runs
+from clover2.research.verdicts import Cell, bootstrap, compare, holm, secondary_verdict
+from clover2.training.tasks import load_task
+
+if TYPE_CHECKING:
+    from clover2.research.design import Experiment
+
+PLAIN = "ar"  # plain decoding: what every speedup is measured against, on the same prompt moments apart
+BASELINES = ("pld", "suffix")  # the training-free methods timed beside the drafts
+TIMINGS = ["prompt", "task", "method", "arm", "seed", "tree", "seconds", "new_tokens", "steps", "step_tokens", "tau",
+           "identical", "other_load", "decode_s", "draft_share"]  # timings.csv's columns
+RETRAINED = ["arm", "seed", "run", "tree", "committed_tau", "fresh_tau", "committed_weights_sha256",
+             "fresh_weights_sha256"]  # retrained.csv's columns
+
+
+def measure(experiment: Experiment) -> pd.DataFrame:
+    """The stage: every timed seed's draft on this machine, the trees chosen, the evaluation timed and judged,
+    and every file written at once into `experiment.speed_claims_dir`. Returns the claims."""
+    design, config = experiment.design, experiment.design.speed_claims
+    if config is None:
+        raise Clover2Error(f"profile {experiment.study.profile.name!r}: its design has no speed_claims section")
+    prompts = experiment.prompts()
+    drafts = timed_drafts(experiment)
+    retrained = retrain_missing(experiment, drafts, prompts)  # at the study's own thread count, as it trained
+    records = calibration_set(experiment.study.profile.bench.tasks, config.calibration_per_task)
+    arch = {arm: experiment.study._draft_config(design.arms[arm].variant).arch for arm, _ in drafts}
+    decode = DecodeConfig(max_new_tokens=design.max_new_tokens)  # greedy on the eager engine: the fp32 exact path
+    fit_config = replace(experiment.study.profile.bench.fit, max_new_tokens=design.max_new_tokens)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(config.threads or len(os.sched_getaffinity(0)))
+    try:
+        target = with_kernels(replace(experiment.study.target, model=copy.deepcopy(experiment.study.target.model)),
+                              config.kernels)
+        curves, kernel_check = checked_cost_curves(target, ["eager"])
+        models = {key: load_draft(experiment.folder(run), target) for key, run in drafts.items()}  # float weights
+        start = mark()
+        trees, calibration = choose_trees(target, {arm: (arch[arm], models[arm, 0]) for arm in arch}, records,
+                                          curves["eager"], config, fit_config, decode, n_boot=design.n_boot)
+        calibration_load = other_share(start)
+        methods, who = evaluation_methods(target, models, arch, trees, decode)
+        runs, first, load = evaluate(methods, dict(enumerate(ids for _, ids in prompts)),
+                                     dict(enumerate(task for task, _ in prompts)), config.contended_share)
+        env = environment(target)
+    finally:
+        torch.set_num_threads(threads)
+    if first is not None:
+        check_identical(first, "the evaluation's first, contended timing")
+    check_identical(runs, "the evaluation")
+    timings = _timings(runs, who)
+    table = speed_cells(timings)
+    draws = bootstrap(table, design.n_boot)
+    out = claims(table, draws, design.primary, design.reference, config.alpha)
+    per_seed = timings.groupby(["arm", "seed"]).agg(tree=("tree", "first"), step_tokens=("step_tokens", "sum"),
+                                                    steps=("steps", "sum"))
+    per_arm = per_seed.assign(tau=per_seed.step_tokens / per_seed.steps).groupby("arm").agg(
+        tree=("tree", "first"), tau=("tau", "mean"))  # a seed's tau pooled over the prompts, averaged over seeds
+    summary = speedups(table, draws, 1 - config.alpha).join(per_arm, on="arm")
+    env |= {"commit": experiment.commit, "kernel_plan": target.kernel_plan.describe(), "kernel_check": kernel_check,
+            "speed_claims": asdict(config), "fit": asdict(fit_config), "trees": trees,
+            "calibration_prompts": dict(Counter(r.category for r in records)),
+            "calibration_other_load": calibration_load, "evaluation": load, "prompts": len(prompts),
+            "max_new_tokens": design.max_new_tokens, "n_boot": design.n_boot, "not_identical": 0,
+            "drafts": {f"{arm}-s{seed}": {"run": run.name, "weights_sha256": _weights_sha256(experiment.folder(run))}
+                       for (arm, seed), run in drafts.items()},
+            "retrained": retrained.run.tolist()}
+    with atomic_path(experiment.speed_claims_dir) as tmp:
+        write_csv(tmp / "calibration.csv", calibration)
+        write_csv(tmp / "timings.csv", timings)
+        if first is not None:
+            write_csv(tmp / "timings-contended.csv", _timings(first, who))
+        write_csv(tmp / "speedups.csv", summary)
+        write_csv(tmp / "retrained.csv", retrained)
+        write_csv(tmp / "claims.csv", out)
+        write_json(tmp / "env.json", env)
+    return out
+
+
+def timed_drafts(experiment: Experiment) -> dict[tuple[str, int], Run]:
+    """Every seed of each timed arm (the primary arms, then the reference), by (arm, seed): its main-budget run
+    on all the data at the arm's chosen rate, which must be recorded (the claims are timed after every seed)."""
+    design, dev, recorded = experiment.design, experiment.dev(), set(experiment.records().run)
+    out = {}
+    for arm in (*design.primary, design.reference):
+        lr = chosen_lr(design, arm, dev)
+        if lr is None:
+            raise Clover2Error(f"{arm}'s learning rate is not chosen yet: the speed claims are timed after every seed")
+        for seed in range(design.arms[arm].seeds):
+            run = seed_runs(design, arm, lr, seed, experiment.decay_share)[0]
+            if run.name not in recorded:
+                raise Clover2Error(f"{run.name} is not trained yet: the speed claims are timed after every seed")
+            out[arm, seed] = run
+    return out
+
+
+def retrain_missing(experiment: Experiment, drafts: dict[tuple[str, int], Run],
+                    prompts: Sequence[tuple[str, list[int]]]) -> pd.DataFrame:
+    """Train again each of `drafts` whose weights are not in this machine's cache (the same rate, seed and data;
+    runs.csv keeps the row of the run it repeats) and replay it on the design's first tree, untimed, with the
+    study's own target: one row per draft trained again, its fresh tau and weights' SHA-256 beside the
+    committed ones (a different machine may round differently)."""
+    missing = {key: run for key, run in drafts.items() if not (experiment.folder(run) / WEIGHTS).exists()}
+    if not missing:
+        return pd.DataFrame(columns=RETRAINED)
+    for run in missing.values():
+        if (experiment.folder(run) / SIDECAR).exists():
+            raise Clover2Error(f"{experiment.folder(run)} holds a {SIDECAR} but no weights: remove the folder, and "
+                               "the speed claims train the run again")
+        print(f"{run.name}: its draft is not in this machine's cache; training it again for the speed claims",
+              flush=True)
+        experiment.train(run, record=False)
+    tree = experiment.design.trees[0]
+    fresh = replayed_steps(experiment.study.target, {run.name: experiment.folder(run) for run in missing.values()},
+                           prompts, experiment._references(prompts), trees=[tree])
+    committed = pd.read_csv(experiment.replays_csv)
+    committed = committed[committed.tree == tree]
+    weights = experiment.records().set_index("run").weights_sha256
+    rows = []
+    for (arm, seed), run in missing.items():
+        old, new = committed[committed.run == run.name], fresh[fresh.draft == run.name]
+        rows.append({"arm": arm, "seed": seed, "run": run.name, "tree": tree,
+                     "committed_tau": old.tokens.sum() / old.steps.sum(),
+                     "fresh_tau": new.tokens.sum() / new.steps.sum(), "committed_weights_sha256": weights[run.name],
+                     "fresh_weights_sha256": _weights_sha256(experiment.folder(run))})
+    return pd.DataFrame(rows, columns=RETRAINED)
+
+
+def _weights_sha256(folder) -> str:
+    return json.loads((folder / SIDECAR).read_text())["weights_sha256"]
+
+
+def calibration_set(tasks: Sequence[str], per_task: int) -> list[PromptRecord]:
+    """`per_task` prompts of each task's `dev` split (a seeded sample; all of a split that holds fewer): what
+    the trees are chosen on, never in the evaluation, which samples the `bench` split (`in_split`)."""
+    return [r for task in tasks for r in load_task(task, per_task, split="dev")]
+
+
+def draft_method(name: str, tree: str, arm: str, seed: int, model: DraftModel, target: Target,
+                 decode: DecodeConfig) -> Method:
+    """A draft method (`ARCH` or `suffix+ARCH`) on `tree` with a loaded float draft, labelled by its arm and
+    seed (`clover2@chain3=eagle1-s2`), so that the seeds of one architecture are apart in the tables."""
+    spec = replace(MethodSpec.parse(f"{name}@{tree}"), named=f"{arm}-s{seed}")
+    return replace(make_method(spec, target, decode, draft=model), draft_weights="float")
+
+
+def choose_trees(target: Target, drafts: dict[str, tuple[str, DraftModel]], records: Sequence[PromptRecord],
+                 curve: pd.DataFrame, config: SpeedConfig, fit_config: FitConfig, decode: DecodeConfig, *,
+                 n_boot: int) -> tuple[dict[str, str], pd.DataFrame]:
+    """Each arm's tree, chosen by measured speed on the calibration prompts `records`: its draft (`drafts`: arm
+    -> architecture and seed-0 model) on every candidate (the chains, the fitted tree, the fixed trees),
+    interleaved with plain decoding, one run per arm; the highest geometric-mean speedup wins (ties: the first
+    candidate, the shallower chain). The fit calibrates on `fit_config.prompts` of the records, drawn evenly from
+    their tasks, against the verification cost `curve` (where it predicts nothing beats plain decoding, no
+    fitted tree is a candidate). Returns the chosen tree per arm, and one row per arm and candidate: the
+    measured speedup with its interval (`speedups`), the speed of the decoding steps alone (what a fit
+    predicts), the fit's prediction for the fitted tree, tau, and whether it was chosen."""
+    prompts = {i: first_turn_ids(target, r) for i, r in enumerate(records)}
+    categories = {i: r.category for i, r in enumerate(records)}
+    tasks = list(dict.fromkeys(categories.values()))
+    fit_prompts = [first_turn_ids(target, r) for r in calibration_records(
+        [[r for r in records if r.category == t] for t in tasks], [], fit_config.prompts, seed=0)]
+    chosen, rows = {}, []
+    for arm, (arch, model) in drafts.items():
+        fitted, _ = fit(calibrate(target, model, fit_prompts, fit_config), curve, fit_config)
+        predicted = {}
+        if fitted is not None and fitted.tree is not None:
+            t = fitted.tree
+            predicted[f"dynamic:{t.budget}:{t.depth}:{t.top_k}"] = fitted.predicted_speedup
+        chains = [f"chain{d}" for d in config.chains]
+        methods = {tree: draft_method(arch, tree, arm, 0, model, target, decode)
+                   for tree in dict.fromkeys([*chains, *predicted, *config.trees])}
+        runs = interleaved([make_method(PLAIN, target, decode), *methods.values()], prompts, categories=categories)
+        check_identical(runs, f"{arm}'s calibration")
+        runs = runs.assign(arm=runs.method, seed=0)  # each candidate an arm of one seed
+        table = speed_cells(runs)
+        summary = speedups(table, bootstrap(table, n_boot), 1 - config.alpha).set_index("arm")
+        for tree, method in methods.items():
+            mine = runs[runs.method == method.label]
+            rows.append({"arm": arm, "tree": tree,
+                         "candidate": "chain" if tree in chains else "fitted" if tree in predicted else "fixed",
+                         **summary.loc[method.label, ["speedup", "lo", "hi"]].to_dict(),
+                         "decode_speedup": float(np.exp(np.log(mine.decode_speedup).mean())),
+                         "predicted_speedup": predicted.get(tree, math.nan),
+                         "tau": mine.step_tokens.sum() / mine.steps.sum(), "prompts": len(mine),
+                         "other_load": mine.other_load.mean()})
+        chosen[arm] = max(methods, key=lambda tree: summary.loc[methods[tree].label, "speedup"])
+    table = pd.DataFrame(rows)
+    return chosen, table.assign(chosen=[chosen[a] == t for a, t in zip(table.arm, table.tree)])
+
+
+def evaluation_methods(target: Target, models: dict[tuple[str, int], DraftModel], arch: dict[str, str],
+                       trees: dict[str, str], decode: DecodeConfig) -> tuple[list[Method], dict[str, tuple[str, int]]]:
+    """The evaluation's methods: plain decoding, the baselines, every seed of each timed arm on its tree, then
+    each arm's seed-0 draft behind the suffix cache (the arm `suffix+ARM`, descriptive); and each method's
+    (arm, seed) by its label."""
+    methods = [make_method(name, target, decode) for name in (PLAIN, *BASELINES)]
+    who = {m.label: (m.label, 0) for m in methods}
+    for (arm, seed), model in models.items():
+        methods.append(draft_method(arch[arm], trees[arm], arm, seed, model, target, decode))
+        who[methods[-1].label] = (arm, seed)
+    for arm in trees:
+        methods.append(draft_method(f"suffix+{arch[arm]}", trees[arm], arm, 0, models[arm, 0], target, decode))
+        who[methods[-1].label] = (f"suffix+{arm}", 0)
+    return methods, who
+
+
+def evaluate(methods: list[Method], prompts: dict[int, list[int]], categories: dict[int, str],
+             contended_share: float) -> tuple[pd.DataFrame, pd.DataFrame | None, dict]:
+    """Every method on every prompt in one repeat, interleaved (`interleaved`), with the share of the machine
+    other processes took meanwhile; above `contended_share`, timed again, once. Returns the timings, the
+    first ones where they were taken again (else None), and the load's record for env.json."""
+    def once() -> tuple[pd.DataFrame, float]:
+        start = mark()
+        runs = interleaved(methods, prompts, categories=categories)
+        return runs, other_share(start)
+
+    runs, load = once()
+    if not load > contended_share:  # an idle machine, or an unknown load (NaN)
+        return runs, None, {"other_load": load, "timed_again": False, "contended": False}
+    warnings.warn(f"other processes took {load:.0%} of the machine during the evaluation (more than "
+                  f"{contended_share:.0%}): timing it again, once", stacklevel=2)
+    (again, second), first = once(), runs
+    return again, first, {"other_load": second, "timed_again": True, "first_other_load": load,
+                          "contended": bool(second > contended_share)}
+
+
+def check_identical(runs: pd.DataFrame, where: str) -> None:
+    """Refuse timings in which an output differs from plain greedy decoding's on its prompt (`identical`, from
+    `interleaved`): speculative decoding is lossless on the fp32 exact path, so a difference is a bug, and a
+    speed measured on other tokens is no speed of the same work. The error counts them and names the first."""
+    bad = runs[runs.identical != 1]
+    if len(bad):
+        named = ", ".join(f"{m} on prompt {p}" for m, p in zip(bad.method[:5], bad.prompt[:5]))
+        raise Clover2Error(f"{where}: {len(bad)} outputs on {bad.prompt.nunique()} prompts are not token-identical "
+                           f"to plain greedy decoding ({named}{', ...' if len(bad) > 5 else ''}); nothing is written")
+
+
+def _timings(runs: pd.DataFrame, who: dict[str, tuple[str, int]]) -> pd.DataFrame:
+    """`interleaved`'s rows with each method's arm and seed and its tau on the prompt (timings.csv)."""
+    arm, seed = zip(*(who[m] for m in runs.method))
+    return runs.assign(arm=arm, seed=seed, tau=runs.step_tokens / runs.steps)[TIMINGS]
+
+
+def speed_cells(timings: pd.DataFrame) -> dict[str, Cell]:
+    """Per arm of `timings` (columns prompt, arm, seed, seconds; plain decoding's rows carry the arm `ar`, one a
+    prompt), a `Cell` of its log speedups, seeds x prompts: log(plain decoding's seconds / the method's) on the
+    same prompt. They stand as the cell's `tokens` over `steps` of one each, so that `verdicts.bootstrap`, which
+    resamples ratios of sums, resamples their means, and `Cell.tau` is their mean: the log of the speedup."""
+    plain = timings[timings.arm == PLAIN].set_index("prompt").seconds
+    if plain.index.duplicated().any():
+        raise Clover2Error("plain decoding is timed more than once on a prompt: one repeat per timing")
+    prompts = sorted(plain.index)
+    out = {}
+    for arm, g in timings[timings.arm != PLAIN].groupby("arm", sort=False):
+        logs = g.assign(log=np.log(g.prompt.map(plain) / g.seconds)).pivot(index="seed", columns="prompt",
+                                                                          values="log")
+        if sorted(logs.columns) != prompts or logs.isna().any().any():
+            raise Clover2Error(f"{arm} is not timed on every prompt plain decoding is, with every seed")
+        logs = logs[prompts]
+        out[arm] = Cell(arm, tuple(int(s) for s in logs.index), logs.to_numpy(float), np.ones(logs.shape))
+    return out
+
+
+def speedups(table: dict[str, Cell], draws: dict[str, np.ndarray], level: float) -> pd.DataFrame:
+    """Each arm's speedup over plain decoding with its interval at `level` (`table`: `speed_cells`; `draws`:
+    their `bootstrap`), and its seeds and prompts."""
+    return pd.DataFrame([{"arm": arm, **{k: v for k, v in compare(math.exp(c.tau()), np.exp(draws[arm]), level).items()
+                                         if k in ("ratio", "lo", "hi")},
+                          "seeds": len(c.seeds), "prompts": c.tokens.shape[1]}
+                         for arm, c in table.items()]).rename(columns={"ratio": "speedup"})
+
+
+def claims(table: dict[str, Cell], draws: dict[str, np.ndarray], primary: Sequence[str], reference: str,
+           alpha: float) -> pd.DataFrame:
+    """The family of claims, C1 (each primary arm over plain decoding) then C2 (each over the reference: the ratio
+    of the two arms' speedups, paired by prompt), each with its interval at 1 - `alpha`, bootstrap p-value,
+    Holm's adjusted p over the family and verdict (`speed_verdict`). An interval reads only its own arms' cells
+    and draws, so adding an arm or seeds to another leaves it as it was."""
+    rows = []
+    for claim, a, b in [*(("C1", a, None) for a in primary), *(("C2", a, reference) for a in primary)]:
+        point = table[a].tau() - (table[b].tau() if b else 0.0)  # in logs
+        resampled = draws[a] - (draws[b] if b else 0.0)
+        rows.append({"claim": claim, "comparison": f"{a} / {b or 'plain decoding'}",
+                     **compare(math.exp(point), np.exp(resampled), 1 - alpha),
+                     "seeds": f"{len(table[a].seeds)}" + (f" vs {len(table[b].seeds)}" if b else ""),
+                     "prompts": table[a].tokens.shape[1]})
+    out = pd.DataFrame(rows)
+    out["p_holm"] = holm(out.p.to_numpy())
+    out["verdict"] = [speed_verdict(r, p, alpha) for r, p in zip(out.ratio, out.p_holm)]
+    return out[["claim", "comparison", "ratio", "lo", "hi", "level", "p", "p_holm", "verdict", "seeds", "prompts"]]
+
+
+SPEED_WORDS = {"ahead": "faster", "behind": "slower"}
+
+
+def speed_verdict(ratio: float, p_holm: float, alpha: float) -> str:
+    """The family's rule, `verdicts.secondary_verdict`'s in the words of speed: "faster" or "slower" where Holm's
+    adjusted p is below `alpha`, else "no difference shown"."""
+    said = secondary_verdict(ratio, p_holm, alpha)
+    return SPEED_WORDS.get(said, said)

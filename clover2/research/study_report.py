@@ -1,0 +1,69 @@
+"""The designed study's results folder, written from its records alone: `clover2 study report`.
+
+From `runs.csv`, `replays.csv` and `sittings.csv` (and the published drafts' check and the speed runs where
+they exist) it writes every table of `clover2.research.verdicts.analyze` as a CSV, the figures that carry
+the argument (a forest plot of every comparison against the paper's band, the primary comparisons per task
+beside the paper's, the learning curve) and the results page, `README.md`. Nothing on it is typed by hand.
+
+While amendment 1's grids are still running (the primary arms' or the reference's rate not yet chosen
+under its rules), the page reads the study by the protocol's rules from before it, and says so
+(book/protocol.md: nothing decided is decided again until its block is finished).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+
+from clover2.files import write_csv, write_text
+from clover2.measure.provenance import machine
+from clover2.research.design import Experiment
+from clover2.research.figures import forest, per_task_ratios, save, study_curve
+from clover2.research.verdicts import analyze, machine_text, machine_time, page, speed_table
+
+FIGURES = "figures"  # results/<profile>/figures/: the page's images
+
+
+def write_report(experiment: Experiment) -> dict[str, pd.DataFrame]:
+    """Every table, figure and the page of the study into its results folder; returns the tables."""
+    results, dev = experiment.study.results, experiment.dev()
+    design = experiment.design if experiment.design.settled(dev) else experiment.design.before_amendment()
+    runs = experiment.records()
+    replays = pd.read_csv(experiment.replays_csv) if experiment.replays_csv.exists() else pd.DataFrame()
+    tables = analyze(design, runs, replays, dev)
+    for name, df in tables.items():
+        write_csv(results / f"{name}.csv", df)
+    figures = _figures(design, tables, results / FIGURES)
+    if (experiment.published() / "check.csv").exists():  # on the page only: the CSV is check.csv itself
+        tables["published"] = pd.read_csv(experiment.published() / "check.csv")[
+            ["arm", "tree", "committed_tau", "published_tau", "difference", "cpu", "date"]]
+    if (experiment.speed_dir / "bench.csv").exists():  # on the page only: its CSVs are in speed/
+        tables["speed"] = speed_table(pd.read_csv(experiment.speed_dir / "bench.csv"),
+                                      pd.read_csv(experiment.speed_dir / "paired.csv"),
+                                      json.loads((experiment.speed_dir / "env.json").read_text()),
+                                      design.reference)
+    sittings = pd.read_csv(experiment.sittings_csv) if experiment.sittings_csv.exists() else pd.DataFrame()
+    cpus = machine_text(machine_time(runs, sittings, design.main)) if len(runs) else machine()["cpu_name"]
+    commits = f"{runs.commit.nunique()} commits" if len(runs) else "-"
+    write_text(results / "README.md", page(design, tables, experiment.status(), machine=cpus, commits=commits,
+                                           figures=figures, amended=design is experiment.design))
+    return tables
+
+
+def _figures(design, tables: dict[str, pd.DataFrame], out) -> dict[str, str]:
+    """The page's figures, by the table each follows: its path relative to the page."""
+    made = {}
+    band = (1 + design.smallest_claim, 1 + design.largest_claim)
+    drawn = {
+        "verdicts": ("forest.png", lambda: forest(tables["verdicts"], band=band)),
+        "per_task": ("per-task.png", lambda: per_task_ratios(tables["per_task"])),
+        "curve": ("curve.png", lambda: study_curve(tables["curve"], tables["spread"],
+                                                   arms=[*design.primary, design.reference])),
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    for key, (name, draw) in drawn.items():
+        if not tables.get(key, pd.DataFrame()).empty:
+            save(draw(), out / name)
+            made[key] = f"{FIGURES}/{name}"
+    return made

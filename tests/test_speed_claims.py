@@ -1,0 +1,192 @@
+"""The speed claims in their CPU form (clover2.research.speed): the trees chosen by measured speed, the
+geometric-mean statistic and its two-level interval, the family's Holm and words, lossless outputs only, a
+missing seed's draft trained again without touching runs.csv, and the stage's files after a tiny study."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import tiny_target
+from test_design import _Study
+from test_training import fake_data
+
+import clover2.research.speed as speed
+from clover2.decoding.decode import DecodeConfig
+from clover2.decoding.prompts import PromptRecord
+from clover2.drafts import build_draft
+from clover2.drafts.config import DraftConfig
+from clover2.drafts.drafter import DynamicTree
+from clover2.errors import Clover2Error
+from clover2.files import write_csv
+from clover2.measure.bench import make_method
+from clover2.measure.fit import FitConfig, Fitted
+from clover2.profiles import load_profile
+from clover2.research.design import Arm, DesignConfig, Experiment, SpeedConfig
+from clover2.research.verdicts import bootstrap, holm
+
+CALIBRATION = [PromptRecord("c-qa", ("abcabcabc",), "qa"), PromptRecord("c-mt", ("xyzxyz",), "mt_bench")]
+
+
+def _timed(seconds: dict[str, float]):
+    """`interleaved` as it runs, with each method's seconds replaced by a known value (by a part of its label)."""
+    real = speed.interleaved
+
+    def run(methods, prompts, **kw):
+        rows = real(methods, prompts, **kw)
+        return rows.assign(seconds=[next((s for part, s in seconds.items() if part in m), 1.0) for m in rows.method])
+    return run
+
+
+def test_the_calibration_picks_the_measured_fastest_tree_and_sets_the_fit_beside_it(monkeypatch):
+    target = tiny_target("llama")
+    drafts = {arm: (arch, build_draft(DraftConfig.for_arch(arch), target).eval())
+              for arm, arch in (("a", "eagle1"), ("b", "clover2"))}
+    monkeypatch.setattr(speed, "calibrate", lambda *args, **kw: {})  # the fit's own run, known instead
+    monkeypatch.setattr(speed, "fit", lambda *args, **kw: (Fitted(DynamicTree(4, 2, 4), (), 1.7), pd.DataFrame()))
+    monkeypatch.setattr(speed, "interleaved", _timed({"@chain2=a-s0": 0.5, "@dynamic:4:2:4=b-s0": 0.4, "@": 0.8}))
+    chosen, table = speed.choose_trees(target, drafts, CALIBRATION, pd.DataFrame(), SpeedConfig(chains=(1, 2, 3)),
+                                       FitConfig(prompts=1, max_depth=2, top_k=4), DecodeConfig(max_new_tokens=6),
+                                       n_boot=200)
+    assert chosen == {"a": "chain2", "b": "dynamic:4:2:4"}
+    assert table.groupby("arm").tree.apply(list).to_dict() == {
+        arm: ["chain1", "chain2", "chain3", "dynamic:4:2:4", "eagle25"] for arm in ("a", "b")}
+    best = table[table.chosen].set_index("arm")
+    assert best.speedup.to_dict() == pytest.approx({"a": 2.0, "b": 2.5}) and table.chosen.sum() == 2
+    assert (table.predicted_speedup.notna() == (table.candidate == "fitted")).all()  # the prediction beside
+    assert (table[table.candidate == "fitted"].predicted_speedup == 1.7).all() and (table.prompts == 2).all()
+
+
+def _timings(speedups: dict[str, float], n_prompts: int, seeds: int = 3, spread: float = 0.2, seed: int = 0):
+    """Synthetic timings whose geometric-mean speedup is known: per arm and seed, log-normal noise around it that
+    sums to zero over the prompts (a draw and its negative), and seed offsets that sum to zero over the seeds."""
+    rng = np.random.default_rng(seed)
+    rows = [{"prompt": p, "arm": "ar", "seed": 0, "seconds": 1.0} for p in range(n_prompts)]
+    for arm, s in speedups.items():
+        offsets = np.linspace(-0.05, 0.05, seeds) if seeds > 1 else [0.0]
+        for k, offset in enumerate(offsets):
+            half = rng.normal(0, spread, n_prompts // 2)
+            noise = np.concatenate([half, -half])
+            rows += [{"prompt": p, "arm": arm, "seed": k, "seconds": 1 / (s * np.exp(offset + e))}
+                     for p, e in enumerate(noise)]
+    return pd.DataFrame(rows)
+
+
+def test_the_statistic_is_the_geometric_mean_over_prompts_and_seeds_and_narrows_with_more_prompts():
+    widths = {}
+    for n, seeds in ((20, 1), (80, 1), (80, 3)):
+        table = speed.speed_cells(_timings({"x": 1.2}, n, seeds=seeds))
+        summary = speed.speedups(table, bootstrap(table, 2000), 0.95).set_index("arm").loc["x"]
+        assert summary.speedup == pytest.approx(1.2) and summary.lo < 1.2 < summary.hi
+        assert (summary.seeds, summary.prompts) == (seeds, n)
+        widths[n, seeds] = summary.hi - summary.lo
+    assert widths[80, 1] < 0.7 * widths[20, 1]  # four times the prompts: about half the width
+    assert widths[80, 3] > widths[80, 1]  # and the seeds' own spread is in the interval too
+    with pytest.raises(Clover2Error, match="every prompt"):
+        speed.speed_cells(_timings({"x": 1.2}, 20).query("not (arm == 'x' and prompt == 3 and seed == 1)"))
+
+
+def test_c1_and_c2_are_one_family_under_holm_with_the_protocols_words():
+    table = speed.speed_cells(_timings({"c2": 1.3, "c2-official": 0.98, "e1": 1.1}, 60, spread=0.1))
+    draws = bootstrap(table, 2000)
+    out = speed.claims(table, draws, ("c2", "c2-official"), "e1", 0.05)
+    assert out.comparison.tolist() == ["c2 / plain decoding", "c2-official / plain decoding", "c2 / e1",
+                                       "c2-official / e1"] and out.claim.tolist() == ["C1", "C1", "C2", "C2"]
+    assert out.ratio.tolist() == pytest.approx([1.3, 0.98, 1.3 / 1.1, 0.98 / 1.1])
+    assert np.allclose(out.p_holm, holm(out.p.to_numpy())) and (out.level == 0.95).all()
+    assert out.verdict.tolist() == ["faster", "no difference shown", "faster", "slower"]
+    assert out.seeds.tolist() == ["3", "3", "3 vs 3", "3 vs 3"] and (out.prompts == 60).all()
+    assert [speed.speed_verdict(r, p, 0.05) for r, p in ((1.1, 0.049), (0.9, 0.01), (1.5, 0.05))] == [
+        "faster", "slower", "no difference shown"]
+
+
+def test_an_interval_depends_only_on_its_own_arms():
+    timings = _timings({"c2": 1.3, "e1": 1.1, "c2-official": 1.0}, 40)
+    more = pd.concat([timings, _timings({"pld": 1.05, "c2-official": 1.02}, 40, seeds=5, seed=1).query("arm != 'ar'")
+                      .assign(seed=lambda d: d.seed + 10)])  # a baseline added, and seeds of another arm
+    before, after = (speed.claims(t, bootstrap(t, 1000), ("c2", "c2-official"), "e1", 0.05).set_index("comparison")
+                     for t in map(speed.speed_cells, (timings, more)))
+    mine = (["c2 / plain decoding", "c2 / e1"], ["ratio", "lo", "hi"])
+    pd.testing.assert_frame_equal(before.loc[mine], after.loc[mine])
+    assert before.loc["c2-official / e1", "lo"] != after.loc["c2-official / e1", "lo"]
+
+
+def test_an_output_that_is_not_plain_decodings_is_refused():
+    rows = pd.DataFrame({"method": ["ar", "pld", "clover2@chain2=c2-s0"], "prompt": [0, 0, 0], "identical": [1, 1, 0]})
+    with pytest.raises(Clover2Error, match=r"1 outputs on 1 prompts are not token-identical.*clover2@chain2=c2-s0"):
+        speed.check_identical(rows, "the evaluation")
+    speed.check_identical(rows.assign(identical=1.0), "the evaluation")
+
+
+def test_an_evaluation_under_load_is_timed_again_once(monkeypatch):
+    target = tiny_target("llama")
+    methods = [make_method(m, target, DecodeConfig(max_new_tokens=4)) for m in ("ar", "pld")]
+    loads = iter([0.3, 0.2])
+    monkeypatch.setattr(speed, "other_share", lambda start: next(loads))
+    with pytest.warns(UserWarning, match="timing it again, once"):
+        runs, first, load = speed.evaluate(methods, {0: [1, 2, 3], 1: [4, 5]}, {0: "qa", 1: "qa"}, 0.05)
+    assert len(runs) == len(first) == 4 and load == {"other_load": 0.2, "timed_again": True, "first_other_load": 0.3,
+                                                     "contended": True}
+
+
+def test_a_tiny_study_times_its_claims_last_training_a_missing_seed_again_without_touching_runs_csv(tmp_path,
+                                                                                                    monkeypatch):
+    monkeypatch.setenv("CLOVER2_CACHE", str(tmp_path / "cache"))
+    target = tiny_target("llama")
+    smoke = load_profile("smoke")
+    design = DesignConfig(arms={"c2": Arm("clover2", lrs=(1e-3,), seeds=2), "e1": Arm("eagle1", lrs=(1e-3,), seeds=2)},
+                          reference="e1", primary=("c2",), budgets=(6,), extend_edge=0, n_per_task=1,
+                          max_new_tokens=6, n_boot=200)
+    prof = replace(smoke, name="tiny-speed", design=design, draft={"draft_vocab": 48},
+                   train=replace(smoke.train, schedule="wsd", eval_every=100, max_len=32, batch_size=4))
+    study = _Study(profile=prof, target=target, results=tmp_path / "results")
+    experiment = Experiment(study)
+    fake_data(experiment.data_dir, target)
+    shutil.copytree(experiment.data_dir, experiment.eval_dir)
+    monkeypatch.setattr(Experiment, "prompts", lambda self: [("qa", [1, 2, 3, 1, 2, 3]), ("mt_bench", [5, 6, 7])])
+    monkeypatch.setattr(Experiment, "speed", lambda self: write_csv(self.speed_dir / "bench.csv", pd.DataFrame()))
+    monkeypatch.setattr(speed, "calibration_set", lambda tasks, per_task: CALIBRATION)
+    experiment.run()  # the study without its speed claims: trained and replayed
+    assert not experiment.speed_claims_dir.exists()
+    # the claims, on a machine whose cache lost e1's seed 1
+    config = SpeedConfig(chains=(1, 2), threads=1)
+    claimed = Experiment(replace(study, profile=replace(prof, design=replace(design, speed_claims=config))))
+    runs_csv = claimed.runs_csv.read_bytes()
+    lost = speed.timed_drafts(claimed)["e1", 1]
+    shutil.rmtree(claimed.folder(lost))
+    claimed.run()
+    out = claimed.speed_claims_dir
+    written = {p.name for p in out.iterdir()}  # the first timings beside, where a busy machine had them taken again
+    assert written - {"timings-contended.csv"} == {"calibration.csv", "timings.csv", "speedups.csv", "retrained.csv",
+                                                   "claims.csv", "env.json"}
+    assert claimed.runs_csv.read_bytes() == runs_csv and (claimed.folder(lost) / "draft.safetensors").exists()
+    retrained = pd.read_csv(out / "retrained.csv")
+    assert retrained.run.tolist() == [lost.name] and (retrained.fresh_tau == retrained.committed_tau).all()
+    assert (retrained.fresh_weights_sha256 == retrained.committed_weights_sha256).all()  # same machine, same run
+    claims = pd.read_csv(out / "claims.csv")
+    assert claims.comparison.tolist() == ["c2 / plain decoding", "c2 / e1"] and claims.seeds.tolist() == ["2", "2 vs 2"]
+    assert set(claims.verdict) <= {"faster", "slower", "no difference shown"} and (claims.prompts == 2).all()
+    timings, env = pd.read_csv(out / "timings.csv"), json.loads((out / "env.json").read_text())
+    calibration = pd.read_csv(out / "calibration.csv")
+    trees = calibration[calibration.chosen].set_index("arm").tree.to_dict()
+    assert env["trees"] == trees and set(calibration.arm) == {"c2", "e1"}
+    assert set(timings.method) == {"ar", "pld", "suffix", *(f"{a}@{trees[k]}={k}-s{s}" for a, k in
+                                                           (("clover2", "c2"), ("eagle1", "e1")) for s in (0, 1)),
+                                   f"suffix+clover2@{trees['c2']}=c2-s0", f"suffix+eagle1@{trees['e1']}=e1-s0"}
+    assert (timings.identical == 1).all() and len(timings) == 2 * 9 and timings.other_load.notna().all()
+    assert set(pd.read_csv(out / "speedups.csv").arm) == {"pld", "suffix", "c2", "e1", "suffix+c2", "suffix+e1"}
+    assert env["kernels"]["mode"] == "auto" and env["kernel_plan"] and env["commit"] == claimed.commit
+    assert env["evaluation"]["timed_again"] == ("timings-contended.csv" in written) and env["retrained"] == [lost.name]
+    assert not claimed.next_step()  # the stage was the last thing to do
+    # an output that is not plain decoding's stops the stage, and nothing is written
+    shutil.rmtree(out)
+    real = speed.interleaved
+    monkeypatch.setattr(speed, "interleaved", lambda *a, **kw: real(*a, **kw).assign(identical=lambda d: (
+        d.index != len(d) - 1).astype(float)))
+    with pytest.raises(Clover2Error, match="not token-identical"):
+        claimed.next_step()
+    assert not out.exists()
