@@ -34,8 +34,11 @@ STATUSES = ("reproduced", "equivalent within the margin", "not reproduced", "inc
             "not decided yet", "cut for machine time")
 NAMES = {"clover2-official": "Clover-2 (official recipe)", "clover2": "Clover-2 (this project's value gain)",
          "eagle1": "EAGLE-1", "eagle3": "EAGLE-3", "medusa": "Medusa-1", "clover1": "Clover-1",
-         "clover2-no-projector": "Clover-2 without its output projector",
-         "clover2-hard-labels": "Clover-2 trained on hard labels"}
+         # the official recipe with one part removed (the study's amendment 1)
+         "official-extraction-after": "Clover-2 (official) with the token extracted after the block",
+         "official-no-projector": "Clover-2 (official) without its output projector",
+         "official-1-layer-block": "Clover-2 (official) with a one-layer augmenting block",
+         "official-hard-labels": "Clover-2 (official) trained on hard labels"}
 NOT_TESTABLE_COST = 1.5  # a CPU where verifying the paper's 26-token tree costs this many plain steps or more
 
 
