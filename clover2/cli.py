@@ -93,12 +93,6 @@ def _architectures() -> list[str]:
     return list(ARCHITECTURES)
 
 
-def _generate_methods() -> list[str]:
-    from clover2.measure.methods import BASELINES, HYBRIDS, UNIONS
-
-    return [*BASELINES, "suffix", "tr", *_architectures(), *HYBRIDS, *UNIONS]
-
-
 # -- arguments several commands share ---------------------------------------------------------------
 
 PROFILE = arg("--profile", help="profile: a shipped name (cpu, cpu-full, smoke, study, gpu, paper-vicuna7b, "
@@ -111,7 +105,12 @@ KERNELS = arg("--kernels", default="auto", help="the linear kernels of the targe
               "(oneDNN) or mkl (MKL packed GEMM)")
 ADAPTER = arg("--adapter", type=Path, help="a LoRA adapter folder (peft) to merge into the target")
 TARGET = (arg("--target", default=DEFAULT_TARGET, help="built-in name, checkpoint folder or hub id"), ADAPTER,
-          arg("--dtype", default="auto", help="auto (bf16 where the hardware has it), float32, bfloat16"),
+          arg("--dtype", default="float32",
+              help="float32 (the default: the exact path, speculative output token for token plain greedy "
+                   "decoding's); bfloat16, or auto (bf16 where the hardware computes it natively): faster on "
+                   "some machines, but verifying several tokens at once rounds differently from decoding one, "
+                   "so greedy output can differ from plain decoding's (25-50%% of prompts matched on an Intel "
+                   "Xeon with AMX)"),
           arg("--device", default="cpu"),
           arg("--chat-template", help="a chat template for a tokenizer without one: vicuna, or a Jinja file"),
           KERNELS)
@@ -161,12 +160,15 @@ def _prepare(args):
 
 @command("generate", "generate answers to prompts, printing one JSON object per prompt",
          TARGET,
-         arg("--method", default="ar", choices=_generate_methods(),
-             help="ar: plain decoding; pld: prompt lookup; suffix: a suffix cache; tr: Token Recycling; a draft "
-                  "architecture, pld+ARCH or suffix+ARCH (prompt lookup or the suffix cache, else the draft) or "
-                  "union+ARCH (the suffix cache, prompt lookup and the draft in one tree); the last four need --draft"),
-         arg("--draft", type=Path, help="a trained draft folder (for the draft methods)"),
-         arg("--tree", default="eagle25", help="a preset (eagle25, medusa63, chainK) or dynamic:BUDGET:DEPTH:TOPK"),
+         arg("--method", default="ar", metavar="NAME[@TREE][=DRAFT]",
+             help="as every command writes a method: NAME is ar (plain decoding), pld (prompt lookup), suffix (a "
+                  "suffix cache), tr (Token Recycling), a draft architecture (" + ", ".join(_architectures())
+                  + "), pld+ARCH or suffix+ARCH (prompt lookup or the suffix cache, else the draft) or union+ARCH "
+                  "(the suffix cache, prompt lookup and the draft in one tree); TREE a preset (eagle25, medusa63, "
+                  "chainK) or dynamic:BUDGET:DEPTH:TOPK (default eagle25); DRAFT a trained draft folder, which "
+                  "the draft methods need. E.g. clover2@chain2=results/study/drafts/clover2"),
+         arg("--draft", type=Path, help="the same as =DRAFT in --method (the older spelling)"),
+         arg("--tree", help="the same as @TREE in --method (the older spelling)"),
          one_of(arg("--prompt", help="one user turn"),
                 arg("--prompts", type=Path, help='JSONL: {"id", "prompt"} or {"id", "turns": [...]} per line')),
          DECODE,
@@ -175,20 +177,49 @@ def _generate(args):
     from clover2.decoding.decode import DecodeConfig
     from clover2.decoding.prompts import PromptRecord, conversation_json, read_prompts, run_conversation
     from clover2.decoding.sampling import SamplingConfig
-    from clover2.measure.methods import TREE_METHODS, MethodSpec, drafter_factory
+    from clover2.measure.methods import drafter_factory
 
     sampling = SamplingConfig(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed)
     config = DecodeConfig(max_new_tokens=args.max_new_tokens, stop_strings=tuple(args.stop), sampling=sampling)
     records = read_prompts(args.prompts) if args.prompts else [PromptRecord(id="0", turns=(args.prompt,))]
-    spec = MethodSpec.parse(args.method + (f"@{args.tree}" if args.method in TREE_METHODS else ""))
-    if spec.is_draft and args.draft is None:
-        raise Clover2Error(f"--method {args.method} needs --draft PATH (a folder written by `clover2 train`)")
+    spec = generate_spec(args.method, tree=args.tree, draft=args.draft, temperature=config.sampling.temperature)
     target = _load(args)
-    spec = MethodSpec(spec.name, spec.tree, config.sampling.temperature, args.draft)
     make = drafter_factory(spec, target, sampling=config.sampling)
     for record in records:
         result = conversation_json(target, record, run_conversation(target, make, record, config))
         print(json.dumps(result) if args.json else result["text"], flush=True)
+
+
+def generate_spec(method: str, *, tree: str | None = None, draft: Path | None = None, temperature: float = 0.0):
+    """`generate`'s method: `NAME[@TREE][=DRAFT]` as every command writes it, parsed once; `--tree` and
+    `--draft`, the older spelling, fill in what the method leaves out (giving both ways is an error)."""
+    from dataclasses import replace
+
+    from clover2.measure.methods import HF_METHODS, TREE_METHODS, MethodSpec, parse_tree
+
+    head, _, path = method.partition("=")
+    if "/" in head or "!" in head:
+        raise Clover2Error(f"--method {method}: generate takes the temperature from --temperature and runs the "
+                           "eager engine; write NAME[@TREE][=DRAFT]")
+    spec = MethodSpec.parse(method)
+    if spec.name in HF_METHODS:
+        raise Clover2Error(f"--method {spec.name}: Hugging Face generate is the benchmark's reference, not a method "
+                           "of clover2 generate")
+    if tree is not None:
+        if "@" in head or spec.name not in TREE_METHODS:
+            raise Clover2Error(f"--tree {tree}: " + ("the method names its tree already (@)" if "@" in head else
+                                                      f"{spec.name} takes no tree"))
+        parse_tree(tree)
+        spec = replace(spec, tree=tree)
+    if draft is not None:
+        if path or not spec.is_draft:
+            raise Clover2Error(f"--draft {draft}: " + ("the method names its draft already (=)" if path else
+                                                        f"{spec.name} takes no draft"))
+        spec = replace(spec, draft=Path(draft), named=Path(draft).name)
+    if spec.is_draft and spec.draft is None:
+        raise Clover2Error(f"--method {method} needs a trained draft: {spec.name}@{spec.tree}=PATH (a folder "
+                           "written by `clover2 train`, or results/study/drafts/<arm>)")
+    return replace(spec, temperature=temperature)
 
 
 @command("bench", "tasks x methods x temperatures against plain decoding, interleaved",

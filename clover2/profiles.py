@@ -6,8 +6,10 @@ a checkout points there); any other YAML path works too. With no name given, the
 
 A profile has the sections `data` (DataConfig), `train` (TrainConfig), `draft` (DraftConfig
 fields applied on top of each architecture's own recipe) and `bench` (BenchConfig, with its `fit`
-subsection), `study` (StudyConfig: the notebooks' variants) and `design` (DesignConfig: the designed
-study's arms, budgets and evaluation; `clover2.research.design`), plus `target`, `dtype` and `device`.
+subsection), `study` (StudyConfig: the notebooks' variants) and `design` (the designed study's arms,
+budgets and evaluation: kept as its YAML mapping here and parsed where it is used,
+`clover2.research.design.DesignConfig.of`, so that nothing below the research layer needs it), plus
+`target`, `dtype` and `device`.
 Inside `train` and `draft`, a subsection named after an architecture (`eagle1: {lr: 3.0e-5}`) holds
 that architecture's own settings on top of the shared ones. A profile may start from another
 (`base: cpu`) and change only what differs. Unknown keys are errors, so a typo never silently falls
@@ -30,7 +32,6 @@ from clover2.errors import Clover2Error
 from clover2.measure.bench import BenchConfig
 from clover2.measure.fit import FitConfig
 from clover2.paths import cache_root
-from clover2.research.design import DesignConfig
 from clover2.training.data import DataConfig
 from clover2.training.train import TrainConfig
 
@@ -87,7 +88,8 @@ class Profile:
     bench: BenchConfig
     study: StudyConfig
     own: dict = field(default_factory=dict)  # {arch: {"train": {...}, "draft": {...}}}: one architecture's own settings
-    design: DesignConfig = field(default_factory=DesignConfig)  # the designed study's arms (profile `study`)
+    # the designed study's section as written (profile `study`): `DesignConfig.of` parses it in the research layer
+    design: dict = field(default_factory=dict)
     chat_template: str | None = None  # for a tokenizer that ships none: "vicuna" or a Jinja file (None: its own)
 
     def load_target(self, name: str | None = None, *, adapter: Path | None = None, kernels: str = "auto"):
@@ -129,7 +131,7 @@ def profile_yaml(path: Path, seen: tuple[Path, ...] = ()) -> dict:
 
 TOP_LEVEL = ("target", "dtype", "device", "chat_template")
 SECTIONS = {"data": DataConfig, "train": TrainConfig, "draft": DraftConfig, "bench": BenchConfig,
-            "study": StudyConfig, "design": DesignConfig}
+            "study": StudyConfig, "design": None}  # design: parsed by clover2.research.design, not here
 
 
 def with_settings(raw: dict, settings: Sequence[str]) -> dict:
@@ -141,7 +143,7 @@ def with_settings(raw: dict, settings: Sequence[str]) -> dict:
         if not sep or not all(path):
             raise Clover2Error(f"--set takes SECTION.FIELD=VALUE (e.g. train.max_steps=600), got {text!r}")
         if len(path) == 1 and path[0] not in TOP_LEVEL:
-            owners = [name for name, cls in SECTIONS.items() if path[0] in {f.name for f in fields(cls)}]
+            owners = [name for name, cls in SECTIONS.items() if cls and path[0] in {f.name for f in fields(cls)}]
             hint = f": did you mean {' or '.join(f'{o}.{path[0]}' for o in owners)}?" if owners else ""
             raise Clover2Error(f"--set {text}: a setting is SECTION.FIELD (sections: {', '.join(SECTIONS)}; "
                                f"top level: {', '.join(TOP_LEVEL)}){hint}")
@@ -199,11 +201,13 @@ def load_profile(name: str | Path | None = None, settings: Sequence[str] = ()) -
                                          ("bench", BenchConfig, {"fit": FitConfig}), ("study", StudyConfig, {}))}
     draft = raw.get("draft") or {}
     _check_keys(draft, {f.name for f in fields(DraftConfig)} - {"arch"}, f"{where} [draft]")
+    design = raw.get("design") or {}
+    _check_keys(design, set(design), f"{where} [design]")  # a mapping; its keys are the research layer's to check
     profile = Profile(name=path.stem, target=str(raw.get("target", DEFAULT_TARGET)),
                       dtype=str(raw.get("dtype", "auto")), device=str(raw.get("device", "cpu")),
                       data=sections["data"], train=sections["train"], draft=draft, bench=sections["bench"],
                       study=sections["study"], own=own, chat_template=raw.get("chat_template"),
-                      design=DesignConfig.from_yaml(raw.get("design"), f"{where} [design]"))
+                      design=design)
     for arch in own:  # every architecture's settings are checked now, not when it is first trained
         profile.draft_config(arch)
         try:

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -374,6 +375,26 @@ def test_missing_draft_fails_before_anything_runs(tmp_path):
     config = BenchConfig(tasks=("qa",), methods=("ar", "eagle1@eagle25"))
     with pytest.raises(Clover2Error, match="draft"):
         run_bench(tiny_target("llama"), config, tmp_path / "nothing", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_run_with_nothing_left_to_calibrate_on_says_so_instead_of_dividing_by_zero(tmp_path):
+    """Every prompt of the file benchmarked and a fitted tree asked for: a clear message, before any work."""
+    t = tiny_target("llama")
+    cfg = DraftConfig.for_arch("clover2", num_heads=2)
+    save_draft(tmp_path / "drafts" / "clover2", build_draft(cfg, t), t, cfg, extra={})
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(f'{{"id": "{i}", "prompt": "say {i}"}}\n' for i in range(3)))
+    config = BenchConfig(tasks=(str(prompts),), n_per_task=3, max_new_tokens=4, methods=("ar", "clover2@fitted"),
+                         fit=FitConfig(max_depth=2, top_k=2, prompts=2, max_new_tokens=4), threads=1)
+    with pytest.raises(Clover2Error, match="none is left to fit the tree"):
+        run_bench(t, config, tmp_path / "drafts", tmp_path / "out")
+    with pytest.raises(Clover2Error, match="no draft to decode with"):  # a draft method with no draft anywhere
+        run_bench(t, replace(config, methods=("ar", "clover2@chain2")), None, tmp_path / "out")
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    with pytest.raises(Clover2Error, match="no prompts|holds no prompts"):
+        run_bench(t, replace(config, tasks=(str(empty),), methods=("ar",)), None, tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
 

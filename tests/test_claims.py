@@ -68,7 +68,7 @@ def test_the_speeds_table_says_how_to_run_each_method(tmp_path):
     env["fitted_trees"] = {"clover2": {"budget": 3, "depth": 3}, "union+clover2": {"budget": 0, "depth": 0}}
     (results / "cpu/bench/env.json").write_text(json.dumps(env))
     text = speeds(results)
-    assert "`--method pld+clover2 --tree chain3 --draft DRAFT`" in text and "`--method tr --tree chain4`" in text
+    assert "`--method pld+clover2@chain3=DRAFT`" in text and "`--method tr@chain4`" in text
     env["fitted_trees"]["clover2"] = {"budget": 0, "depth": 0}
     (results / "cpu/bench/env.json").write_text(json.dumps(env))
     text = speeds(results)
@@ -82,8 +82,9 @@ def test_an_arm_cut_for_machine_time_reads_as_cut_not_as_undecided(tmp_path):
 
     from clover2.profiles import load_profile
     from clover2.research.claims import study_claims
+    from clover2.research.design import DesignConfig
 
-    design = load_profile("study").design
+    design = DesignConfig.of(load_profile("study"))
     cut = ("clover1", *(a for a, s in design.arms.items() if s.lr_from))  # Clover-1 and every part
     arms = {a: replace(s, cut=a in cut) for a, s in design.arms.items()}
     found = {c.claim: c.status for c in study_claims(_copy(tmp_path), replace(design, arms=arms))}

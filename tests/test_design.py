@@ -29,7 +29,7 @@ DESIGN = DesignConfig(arms={"c2": Arm("clover2", lrs=(1e-3, 3e-3), seeds=2),
 
 
 def test_the_shipped_study_profile_is_the_protocols_design():
-    design = load_profile("study").design
+    design = DesignConfig.of(load_profile("study"))
     assert design.primary == ("clover2-official", "clover2") and design.reference == "eagle1"
     assert design.arms["clover2-official"].variant == "clover2-value-gain-1"
     assert all(len(design.arms[a].lrs) >= 3 and design.arms[a].seeds >= 5 for a in (*design.primary, "eagle1"))
@@ -153,10 +153,10 @@ def test_a_small_study_trains_records_replays_and_resumes(tmp_path, monkeypatch)
     assert sitting.ended == "finished" and sitting.runs_trained == 9 and sitting.seconds > 0 and sitting.cpu
     # the machine replicate waits for another CPU kind than the one that trained its original (this one)
     state = experiment.status().set_index("run").state
-    twin = f"e1-replicate/lr{chosen_lr(prof.design, 'e1', experiment.dev()):g}-s1/b10"
+    twin = f"e1-replicate/lr{chosen_lr(DesignConfig.of(prof), 'e1', experiment.dev()):g}-s1/b10"
     assert len(runs) == 12 and state.pop(twin) == "waits for another CPU kind"
     assert set(state) == {"done"} and set(replays.cpu) == {runs.cpu.iloc[0]}  # each replay names its machine
-    chosen = {a: chosen_lr(prof.design, a, experiment.dev()) for a in ("c2", "e1")}
+    chosen = {a: chosen_lr(DesignConfig.of(prof), a, experiment.dev()) for a in ("c2", "e1")}
     evaluated = runs[runs.lr == runs.arm.map(chosen)]
     assert set(replays.run) == set(evaluated.run)
     # two prompts; chain1 at the main budget
@@ -172,10 +172,10 @@ def test_a_small_study_trains_records_replays_and_resumes(tmp_path, monkeypatch)
     kept = torch.load(experiment.folder(experiment.plan()[0]) / "states" / "step_000004.pt", weights_only=False)
     assert kept["state"]["step"] == 4
     # the results page and its tables come from the records alone
-    tables = analyze(prof.design, runs, replays, experiment.dev())
+    tables = analyze(DesignConfig.of(prof), runs, replays, experiment.dev())
     assert {"grid", "spread", "verdicts", "power", "curve", "fits", "data"} <= set(tables)
     assert tables["verdicts"].family.iloc[0] == "primary" and tables["grid"].chosen.sum() == 2
-    text = page(prof.design, tables, experiment.status(), machine="a test CPU", commits="abc")
+    text = page(DesignConfig.of(prof), tables, experiment.status(), machine="a test CPU", commits="abc")
     assert "**c2 / e1**" in text and "Every planned run is done (" in text
     # seed 0 of each arm published in bf16, loadable, and replayed against its committed tau
     published = experiment.publish()
@@ -209,7 +209,7 @@ def test_a_small_study_trains_records_replays_and_resumes(tmp_path, monkeypatch)
     runs, replays = pd.read_csv(study.results / "runs.csv"), pd.read_csv(study.results / "replays.csv")
     twin = runs.set_index("run").loc[twin]
     assert twin.arm == "e1-replicate" and twin.seed == 1 and (replays.arm == "e1-replicate").sum() == 4
-    assert analyze(prof.design, runs, replays, experiment.dev())["verdicts"].equals(tables["verdicts"])
+    assert analyze(DesignConfig.of(prof), runs, replays, experiment.dev())["verdicts"].equals(tables["verdicts"])
 
 
 def test_a_profile_without_a_design_or_with_another_schedule_is_refused(tmp_path):

@@ -35,6 +35,19 @@ def test_prompt_lookup_is_exact_and_accepts_several_tokens_per_step(smollm2):
     assert gen.tau > 1.5
 
 
+def test_cli_generate_is_exact_by_default(tmp_path, capsys):
+    """Without --dtype, a speculative method's greedy output is plain decoding's, token for token."""
+    f = tmp_path / "p.jsonl"
+    f.write_text("".join(json.dumps({"id": str(i), "prompt": p}) + "\n" for i, p in enumerate(
+        [COPY_PROMPT, "Name three rivers of Europe, one line each."])))
+    outs = {}
+    for method in ("ar", "pld"):
+        assert main(["generate", "--prompts", str(f), "--max-new-tokens", "24", "--json", "--method", method,
+                     "--kernels", "stock"]) == 0
+        outs[method] = [json.loads(line)["output_ids"] for line in capsys.readouterr().out.strip().splitlines()]
+    assert outs["pld"] == outs["ar"] and all(len(o) == 24 for o in outs["ar"])
+
+
 def test_cli_generate_multi_turn_json(tmp_path, capsys):
     f = tmp_path / "p.jsonl"
     f.write_text(json.dumps({"id": "mt", "turns": ["Name a colour.", "Now name another one."]}) + "\n")

@@ -84,6 +84,23 @@ def test_cli_reports_errors_without_a_traceback(tmp_path, capsys):
     assert "--run takes NAME=FOLDER" in capsys.readouterr().err
 
 
+def test_generate_writes_a_method_as_every_command_does_with_the_older_spelling_as_one_alias(tmp_path):
+    from clover2.cli import generate_spec
+
+    new = generate_spec(f"pld+clover2@chain2={tmp_path / 'd'}")
+    old = generate_spec("pld+clover2", tree="chain2", draft=tmp_path / "d")
+    assert new == old and (new.name, new.tree, new.draft) == ("pld+clover2", "chain2", tmp_path / "d")
+    assert generate_spec("clover2=x").tree == "eagle25" and generate_spec("pld", temperature=1.0).temperature == 1
+    for method, extra, match in [("clover2@chain2=x", {"tree": "chain3"}, "names its tree already"),
+                                 ("clover2=x", {"draft": tmp_path}, "names its draft already"),
+                                 ("pld", {"tree": "chain2"}, "takes no tree"), ("ar", {"draft": tmp_path}, "no draft"),
+                                 ("clover2@chain2", {}, "needs a trained draft"), ("hf", {}, "benchmark's reference"),
+                                 ("clover2@chain2/1=x", {}, "--temperature"), ("clover2@bogus=x", {}, "bogus"),
+                                 ("nope", {}, "unknown method")]:
+        with pytest.raises(Clover2Error, match=match):
+            generate_spec(method, **extra)
+
+
 def test_lora_adapter_is_merged_into_the_target(tmp_path):
     from peft import LoraConfig, get_peft_model
 

@@ -17,6 +17,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "clover2"
 # Declared but never imported by clover2's own code, each for a reason.
 NOT_IMPORTED = {"gguf": "transformers reads the built-in GGUF target with it",
+                "accelerate": "transformers demands it to load a GGUF file (the built-in target's first load)",
                 "ipykernel": "the kernel papermill and nbmake run the notebooks in",
                 "jupyter-book": "builds the book (a command, not a library)",
                 "sphinx-mathjax-offline": "a Sphinx extension the book build loads: MathJax served from the build"}
@@ -95,7 +96,7 @@ def test_a_missing_extra_is_named_with_its_install_command():
     require_extra("book", "json")  # present: nothing happens
 
 
-LAYERS = ("decoding", "drafts", "training", "measure", "research")  # each imports only those before it
+LAYERS = ("decoding", "drafts", "training", "measure", "profiles", "research")  # each imports only those before it
 BASE = ("errors", "files", "paths", "wheels", "load")  # top-level helpers: import no subpackage
 
 
@@ -107,12 +108,11 @@ def test_no_module_imports_from_a_higher_layer():
     for path in sorted(package.rglob("*.py")):
         parts = path.relative_to(package).with_suffix("").parts
         if parts[0] in LAYERS:
-            allowed = (set(LAYERS[:LAYERS.index(parts[0]) + 1]) | set(BASE)
-                       | ({"profiles"} if parts[0] == "research" else set()))
+            allowed = set(LAYERS[:LAYERS.index(parts[0]) + 1]) | set(BASE)
         elif parts[0] in BASE:
             allowed = set(BASE)
         else:
-            continue  # the command line and the profiles (read by research) bring the layers together
+            continue  # the command line brings the layers together
         for node in ast.walk(ast.parse(path.read_text())):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
                 [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else []

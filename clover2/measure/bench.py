@@ -350,15 +350,31 @@ def run_bench(target: Target, config: BenchConfig, drafts: Mapping[str, Path] | 
         (lambda name: drafts / name if drafts else None)
     specs = [MethodSpec.parse(s) for s in config.methods]
     specs = [replace(s, draft=folder(s.arch)) if s.is_draft and s.draft is None else s for s in specs]
+    for s in specs:
+        if s.is_draft and s.draft is None:
+            raise Clover2Error(f"{s.label}: no draft to decode with: give --drafts DIR (a folder holding "
+                               f"{s.arch}/) or write the method {s.label}=PATH")
     records, pools = [], []
     for task in config.tasks:
         pools.append(load_task(task))
+        if not pools[-1]:
+            raise Clover2Error(f"task {task}: it holds no prompts")
         records += load_task(task, config.n_per_task, config.seed)
-    calib_records = calibration_records(pools, records, config.fit.prompts, config.seed)
+    precisions = draft_precisions(config.draft_weights, target)
+    calibrating = any(s.tree == "fitted" for s in specs) or (len(precisions) > 1 and any(s.is_draft for s in specs))
+    calib_records = calibration_records(pools, records, config.fit.prompts, config.seed) if calibrating else []
+    if calibrating and not calib_records:
+        raise Clover2Error(
+            f"every prompt of {', '.join(map(str, config.tasks))} is benchmarked (bench.n_per_task="
+            f"{config.n_per_task}), so none is left to fit the tree or choose the draft's precision on "
+            f"(bench.fit.prompts={config.fit.prompts} wanted): give a file with more prompts, lower "
+            "bench.n_per_task, or use a fixed tree (@chainK, @eagle25) and --set bench.draft_weights=float")
+    if calibrating and len(calib_records) < config.fit.prompts:
+        warnings.warn(f"only {len(calib_records)} prompts are left beside the benchmark's to calibrate on "
+                      f"(bench.fit.prompts={config.fit.prompts}): the fitted trees rest on them", stacklevel=2)
     calib = [first_turn_ids(target, r) for r in calib_records]
     # Each draft loaded once, before any work, at every precision a choice is made between
     paths = list(dict.fromkeys(s.draft for s in specs if s.is_draft))
-    precisions = draft_precisions(config.draft_weights, target)
     spec_of = {s.draft: s for s in specs if s.is_draft}
     models = {(p, w): load_draft_for(spec_of[p], target, weights=w) for p in paths for w in precisions}
     env = environment(target) | {"bench": asdict(config), "drafts": {  # by content, not by (machine) path

@@ -84,7 +84,7 @@ def study_claims(results: Path, design: DesignConfig | None = None) -> list[Clai
     """The claims the designed study decides (its arms from `design`, the `study` profile's by default):
     each primary Clover-2 against the reference (tau, and the first one's speed), against the other
     drafts, and its parts."""
-    design = design or load_profile("study").design
+    design = design or DesignConfig.of(load_profile("study"))
     ref = design.reference
     study = results / "study"
     runs, verdicts = _read(study / "runs.csv"), _read(study / "verdicts.csv")
@@ -212,7 +212,7 @@ def scale(results: Path) -> str:
     """The scale of this book's evidence beside the paper's, and where its answer could change."""
     runs, bench = _read(results / "study" / "runs.csv"), _read(results / "cpu" / "bench" / "bench.csv")
     spread = _read(results / "study" / "spread.csv")
-    compared = load_profile("study").design.main  # the budget the drafts are compared at
+    compared = DesignConfig.of(load_profile("study")).main  # the budget the drafts are compared at
     main = runs[(runs.budget == compared) & (runs.share == 1)] if not runs.empty else runs
     tokens = int(main.tokens.iloc[0]) if not main.empty else 0
     drafts = bench[(bench.task == "overall") & (bench.temperature == 0) & bench.method.str.endswith("@eagle25")]
@@ -269,8 +269,8 @@ def speeds(results: Path, draft: str = "clover2") -> str:
                 return f"`--method {name.split('+')[0]}`" if "+" in name else "(drafts nothing here: plain decoding)"
             tree = f"chain{fit['depth']}" if fit.get("budget") == fit.get("depth") else \
                 f"dynamic:{fit['budget']}:{fit['depth']}:8"
-        needs = " --draft DRAFT" if any(a in name for a in ("clover", "eagle", "medusa")) else ""
-        return f"`--method {name}" + (f" --tree {tree}" if tree else "") + f"{needs}`"
+        needs = "=DRAFT" if any(a in name for a in ("clover", "eagle", "medusa")) else ""
+        return f"`--method {name}" + (f"@{tree}" if tree else "") + f"{needs}`"
 
     rows = rows[[not flags(m).startswith("(") and m.split("@")[0].split("+")[-1] in (draft, "pld", "suffix", "tr")
                  for m in rows.method]]

@@ -170,6 +170,14 @@ class DesignConfig:
         except TypeError as e:
             raise Clover2Error(f"{where}: {e}") from None
 
+    @classmethod
+    def of(cls, profile) -> DesignConfig:
+        """A profile's design section, parsed (a profile keeps it as written: the layers below this one
+        never need it). A profile built in code may hold a DesignConfig already."""
+        if isinstance(profile.design, DesignConfig):
+            return profile.design
+        return cls.from_yaml(profile.design, f"profile {profile.name!r} [design]")
+
     @property
     def main(self) -> int:
         return self.budgets[-1]
@@ -359,7 +367,7 @@ class Experiment:
     a `clover2.research.study.Study`): its runs' folders, what is done, and the next thing to do."""
 
     def __init__(self, study: Study):
-        self.study, self.design = study, study.profile.design
+        self.study, self.design = study, DesignConfig.of(study.profile)
         if not self.design.arms:
             raise Clover2Error(f"profile {study.profile.name!r} has no design section: nothing to run "
                                "(the study's profile is `study`)")
@@ -584,7 +592,7 @@ class Experiment:
         """Seed 0 of every arm with a grid at the main budget, on all the data, at its chosen rate,
         copied to results/<profile>/drafts/<arm>/ with bf16 weights (its settings, the target's
         fingerprint, the weights' SHA-256, its record from runs.csv and its `probe` beside them): what a reader loads
-        with `load_draft` or `clover2 generate --draft`. Arms not finished yet are skipped."""
+        with `load_draft` or `clover2 generate --method ARCH=FOLDER`. Arms not finished yet are skipped."""
         dev, records, out = self.dev(), self.records().set_index("run"), []
         for arm, spec in self.design.arms.items():
             lr = chosen_lr(self.design, arm, dev)
