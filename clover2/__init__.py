@@ -1,6 +1,13 @@
 """clover2: Clover-2 draft models and an exactly lossless tree speculative decoder (arXiv 2408.00264).
 
-The public API, importable from `clover2` directly (loaded on first use, so `import clover2` is fast):
+The public API, importable from `clover2` directly (loaded on first use, so `import clover2` is fast).
+Three lines answer with a draft (a method written as every command writes it, NAME[@TREE][=DRAFT]):
+
+    import clover2
+    target = clover2.load_target("smollm2-135m-instruct")  # float32 on a CPU: the exact path
+    print(clover2.chat(target, "clover2@chain1=results/study/drafts/clover2", "Why is the sky blue?"))
+
+and the engine underneath, piece by piece:
 
     from clover2 import load_target, load_draft, ModelDrafter, DecodeConfig, generate, preset
     target = load_target("smollm2-135m-instruct")  # as given; kernels="auto" measures the fastest linear kernels
@@ -35,7 +42,7 @@ _EXPORTS = {
     "PromptLookupDrafter": "clover2.decoding.prompt_lookup",
     "DraftConfig": "clover2.drafts.config", "DynamicTree": "clover2.drafts.drafter",
     "ModelDrafter": "clover2.drafts.drafter", "load_draft": "clover2.drafts.checkpoint",
-    "MethodSpec": "clover2.measure.methods",
+    "MethodSpec": "clover2.measure.methods", "chat": "clover2.measure.methods",
 }
 
 __all__ = ["__version__", *_EXPORTS]

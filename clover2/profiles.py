@@ -204,7 +204,7 @@ def load_profile(name: str | Path | None = None, settings: Sequence[str] = ()) -
     design = raw.get("design") or {}
     _check_keys(design, set(design), f"{where} [design]")  # a mapping; its keys are the research layer's to check
     profile = Profile(name=path.stem, target=str(raw.get("target", DEFAULT_TARGET)),
-                      dtype=str(raw.get("dtype", "auto")), device=str(raw.get("device", "cpu")),
+                      dtype=str(raw.get("dtype", "float32")), device=str(raw.get("device", "cpu")),
                       data=sections["data"], train=sections["train"], draft=draft, bench=sections["bench"],
                       study=sections["study"], own=own, chat_template=raw.get("chat_template"),
                       design=design)

@@ -44,5 +44,10 @@ def test_the_commands_and_the_python_run_as_written():
     done = _run(["bash", "-euo", "pipefail", "-c", script], env=env)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() and '"text"' in done.stdout  # the second command prints JSON
-    done = _run([os.sys.executable, "-c", _blocks("python")[0]])
-    assert done.returncode == 0 and "tokens per step" in done.stdout, done.stderr
+    for where, text in (("book/use.md", PAGE), ("README.md", (ROOT / "README.md").read_text())):
+        doctests = [b for b in re.findall(r"```python\n(.*?)```", text, flags=re.S) if b.startswith(">>>")]
+        assert len(doctests) == 1, where  # the quickstart, as a doctest
+        code = ("import doctest, sys; t = doctest.DocTestParser().get_doctest(sys.argv[1], {}, 'quickstart', None, 0);"
+                " r = doctest.DocTestRunner(); r.run(t); sys.exit(bool(r.failures))")
+        done = _run([os.sys.executable, "-c", code, doctests[0]])
+        assert done.returncode == 0, f"{where}: {done.stdout}{done.stderr}"

@@ -241,9 +241,14 @@ class Target:
 # Loading
 
 
-def load_target(name: str = DEFAULT_TARGET, *, dtype: str | torch.dtype | None = None, device: str = "cpu",
+def load_target(name: str = DEFAULT_TARGET, *, dtype: str | torch.dtype | None = "float32", device: str = "cpu",
                 adapter: str | Path | None = None, chat_template: str | None = None, kernels: str = "stock") -> Target:
     """Load a target by built-in name, local checkpoint folder or hub id; merge a LoRA adapter if given.
+
+    `dtype` is float32 by default: the exact path, where speculative decoding's greedy output is plain
+    decoding's token for token. "bfloat16" (or "auto"/None: bf16 where the hardware computes it natively)
+    can be faster, but verifying several tokens at once rounds differently from decoding one, so greedy
+    output can differ from plain decoding's.
 
     `kernels`: "stock" (the default) leaves the model's linear layers as the user gave them; "auto"
     gives each row count the linear kernel that measured fastest on this machine

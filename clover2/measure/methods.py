@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from clover2.decoding.cache import ENGINES
+from clover2.decoding.decode import DecodeConfig, generate
 from clover2.decoding.drafter import Drafter, NoDrafter
 from clover2.decoding.prompt_lookup import PromptLookupDrafter
 from clover2.decoding.sampling import SamplingConfig
@@ -181,3 +182,15 @@ def _combined(spec: MethodSpec, model: DraftModel, tree: Tree | DynamicTree | No
         return (lambda: own()["model"]) if tree is not None else NoDrafter
     one_source = spec.name in HYBRIDS or not sampling.greedy  # a merged tree is exact for greedy decoding only
     return lambda: Union(sources(), copy_budgets or {}, one_source=one_source)
+
+
+def chat(target: Target, method: str, message: str, *, max_new_tokens: int = 256,
+         sampling: SamplingConfig = SamplingConfig()) -> str:
+    """One user message answered with a method written as every command writes it (`NAME[@TREE][=DRAFT]`,
+    e.g. `clover2@chain1=results/study/drafts/clover2`): the answer's text. Greedy by default, and then,
+    in float32, exactly plain decoding's answer (`chat(target, "ar", message)`)."""
+    spec = MethodSpec.parse(method, sampling.temperature)
+    make = drafter_factory(spec, target, sampling=sampling)
+    ids = target.encode_chat([{"role": "user", "content": message}])
+    return target.decode(generate(target, make(), ids, DecodeConfig(max_new_tokens=max_new_tokens,
+                                                                    sampling=sampling)).output_ids)
