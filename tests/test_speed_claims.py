@@ -127,10 +127,31 @@ def test_an_evaluation_under_load_is_timed_again_once(monkeypatch):
     methods = [make_method(m, target, DecodeConfig(max_new_tokens=4)) for m in ("ar", "pld")]
     loads = iter([0.3, 0.2])
     monkeypatch.setattr(speed, "other_share", lambda start: next(loads))
-    with pytest.warns(UserWarning, match="timing it again, once"):
+    with pytest.warns(UserWarning, match="timing them again, once"):
         runs, first, load = speed.evaluate(methods, {0: [1, 2, 3], 1: [4, 5]}, {0: "qa", 1: "qa"}, 0.05)
-    assert len(runs) == len(first) == 4 and load == {"other_load": 0.2, "timed_again": True, "first_other_load": 0.3,
-                                                     "contended": True}
+    assert len(runs) == len(first) == 4 and load == {"other_load": 0.2, "timed_again": True,
+                                                     "prompts_timed_again": 2, "contended": True}
+
+
+def test_an_interrupted_evaluation_resumes_at_the_next_chunk(monkeypatch, tmp_path):
+    target = tiny_target("llama")
+    methods = [make_method(m, target, DecodeConfig(max_new_tokens=4)) for m in ("ar", "pld")]
+    monkeypatch.setattr(speed, "CHUNK", 1)
+    monkeypatch.setattr(speed, "other_share", lambda start: 0.0)
+    real, calls = speed._timed, []
+
+    def timed(methods, chunk, categories):  # the session ends during the second chunk
+        calls.append(list(chunk))
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(methods, chunk, categories)
+    monkeypatch.setattr(speed, "_timed", timed)
+    prompts, tasks = {0: [1, 2, 3], 1: [4, 5], 2: [6, 7]}, {0: "qa", 1: "qa", 2: "qa"}
+    with pytest.raises(KeyboardInterrupt):
+        speed.evaluate(methods, prompts, tasks, 0.05, tmp_path)
+    runs, first, load = speed.evaluate(methods, prompts, tasks, 0.05, tmp_path)
+    assert calls == [[0], [1], [1], [2]] and sorted(runs.prompt.unique()) == [0, 1, 2] and len(runs) == 6
+    assert first is None and load["other_load"] == 0 and not load["timed_again"]
 
 
 def test_a_tiny_study_times_its_claims_last_training_a_missing_seed_again_without_touching_runs_csv(tmp_path,

@@ -2,9 +2,10 @@
 faster than plain decoding (C1), and faster than EAGLE-1 (C2), on this CPU?
 
 `clover2 study run` measures them last (`Experiment.next_step`, for a design with `speed_claims`), once every
-planned run is trained and replayed, into results/<profile>/speed-cpu/, written at once: a stage cut short
-leaves nothing there and runs again whole. (speed/ keeps the earlier run on the 25-node tree and PyTorch's
-stock kernels.)
+planned run is trained and replayed, into results/<profile>/speed-cpu/, written at once. A stage cut short
+resumes: the trees chosen and each finished chunk of the evaluation's prompts are kept in the cache, keyed
+by the CPU and the drafts' weights (another machine starts over). (speed/ keeps the earlier run on the
+25-node tree and PyTorch's stock kernels.)
 
 1. **Kernels**: a copy of the target on the fastest linear kernels measured here (`kernels="auto"`; the
    study's own target keeps the stock kernels its replays decode with). Plain decoding runs on the same plan,
@@ -34,10 +35,12 @@ import copy
 import json
 import math
 import os
+import shutil
 import warnings
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, replace
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -50,13 +53,13 @@ from clover2.decoding.target import Target, with_kernels
 from clover2.drafts.base import DraftModel
 from clover2.drafts.checkpoint import SIDECAR, WEIGHTS, load_draft
 from clover2.errors import Clover2Error
-from clover2.files import atomic_path, write_csv, write_json
+from clover2.files import atomic_path, stable_hash, write_csv, write_json
 from clover2.load import mark, other_share
 from clover2.measure.acceptance import replayed_steps
 from clover2.measure.bench import Method, checked_cost_curves, interleaved, make_method
 from clover2.measure.fit import FitConfig, calibrate, calibration_records, fit
 from clover2.measure.methods import MethodSpec
-from clover2.measure.provenance import environment
+from clover2.measure.provenance import environment, machine
 from clover2.research.design import Run, SpeedConfig, chosen_lr, seed_runs
 from clover2.research.verdicts import Cell, bootstrap, compare, holm, secondary_verdict
 from clover2.training.tasks import load_task
@@ -92,13 +95,23 @@ def measure(experiment: Experiment) -> pd.DataFrame:
                               config.kernels)
         curves, kernel_check = checked_cost_curves(target, ["eager"])
         models = {key: load_draft(experiment.folder(run), target) for key, run in drafts.items()}  # float weights
-        start = mark()
-        trees, calibration = choose_trees(target, {arm: (arch[arm], models[arm, 0]) for arm in arch}, records,
-                                          curves["eager"], config, fit_config, decode, n_boot=design.n_boot)
-        calibration_load = other_share(start)
+        drafts_sha = [_weights_sha256(experiment.folder(run)) for run in drafts.values()]
+        work = experiment.root / f"speed-cpu-work-{stable_hash([machine()['cpu_name'], sorted(drafts_sha)])}"
+        work.mkdir(parents=True, exist_ok=True)  # what an interrupted stage keeps: this CPU, these drafts
+        if (work / "calibration.csv").exists():  # the trees were chosen here already
+            calibration = pd.read_csv(work / "calibration.csv")
+            trees = calibration[calibration.chosen].set_index("arm").tree.to_dict()
+            calibration_load = json.loads((work / "calibration.json").read_text())["other_load"]
+        else:
+            start = mark()
+            trees, calibration = choose_trees(target, {arm: (arch[arm], models[arm, 0]) for arm in arch}, records,
+                                              curves["eager"], config, fit_config, decode, n_boot=design.n_boot)
+            calibration_load = other_share(start)
+            write_csv(work / "calibration.csv", calibration)
+            write_json(work / "calibration.json", {"other_load": calibration_load})
         methods, who = evaluation_methods(target, models, arch, trees, decode)
         runs, first, load = evaluate(methods, dict(enumerate(ids for _, ids in prompts)),
-                                     dict(enumerate(task for task, _ in prompts)), config.contended_share)
+                                     dict(enumerate(task for task, _ in prompts)), config.contended_share, work)
         env = environment(target)
     finally:
         torch.set_num_threads(threads)
@@ -131,6 +144,7 @@ def measure(experiment: Experiment) -> pd.DataFrame:
         write_csv(tmp / "retrained.csv", retrained)
         write_csv(tmp / "claims.csv", out)
         write_json(tmp / "env.json", env)
+    shutil.rmtree(work)  # written: nothing left to resume
     return out
 
 
@@ -262,24 +276,48 @@ def evaluation_methods(target: Target, models: dict[tuple[str, int], DraftModel]
     return methods, who
 
 
-def evaluate(methods: list[Method], prompts: dict[int, list[int]], categories: dict[int, str],
-             contended_share: float) -> tuple[pd.DataFrame, pd.DataFrame | None, dict]:
-    """Every method on every prompt in one repeat, interleaved (`interleaved`), with the share of the machine
-    other processes took meanwhile; above `contended_share`, timed again, once. Returns the timings, the
-    first ones where they were taken again (else None), and the load's record for env.json."""
-    def once() -> tuple[pd.DataFrame, float]:
-        start = mark()
-        runs = interleaved(methods, prompts, categories=categories)
-        return runs, other_share(start)
+CHUNK = 12  # prompts timed in one go: what an interrupted evaluation loses at most
 
-    runs, load = once()
-    if not load > contended_share:  # an idle machine, or an unknown load (NaN)
-        return runs, None, {"other_load": load, "timed_again": False, "contended": False}
-    warnings.warn(f"other processes took {load:.0%} of the machine during the evaluation (more than "
-                  f"{contended_share:.0%}): timing it again, once", stacklevel=2)
-    (again, second), first = once(), runs
-    return again, first, {"other_load": second, "timed_again": True, "first_other_load": load,
-                          "contended": bool(second > contended_share)}
+
+def evaluate(methods: list[Method], prompts: dict[int, list[int]], categories: dict[int, str],
+             contended_share: float, work: Path | None = None) -> tuple[pd.DataFrame, pd.DataFrame | None, dict]:
+    """Every method on every prompt in one repeat, interleaved (`interleaved`), `CHUNK` prompts at a time with
+    the share of the machine other processes took during each; a chunk above `contended_share` is timed again,
+    once. With `work`, each finished chunk is kept there (timings.partial.csv, and contended.partial.csv for the
+    first timings of a chunk timed again), and a later call skips the prompts already timed: an interrupted
+    evaluation resumes. Returns the timings, the first timings of the chunks timed again (else None), and the
+    load's record for env.json."""
+    kept = {name: pd.read_csv(work / name) if work is not None and (work / name).exists() else pd.DataFrame()
+            for name in ("timings.partial.csv", "contended.partial.csv")}
+    done = set(kept["timings.partial.csv"].get("prompt", []))
+    todo = [p for p in prompts if p not in done]
+    for start in range(0, len(todo), CHUNK):
+        chunk = {p: prompts[p] for p in todo[start:start + CHUNK]}
+        runs, load = _timed(methods, chunk, categories)
+        if load > contended_share:  # not NaN (an unknown load): above the threshold
+            warnings.warn(f"other processes took {load:.0%} of the machine during prompts {min(chunk)}-{max(chunk)} "
+                          f"(more than {contended_share:.0%}): timing them again, once", stacklevel=2)
+            kept["contended.partial.csv"] = pd.concat([kept["contended.partial.csv"], runs], ignore_index=True)
+            runs, load = _timed(methods, chunk, categories)
+        kept["timings.partial.csv"] = pd.concat([kept["timings.partial.csv"], runs.assign(chunk_load=load)],
+                                                ignore_index=True)
+        if work is not None:
+            for name, df in kept.items():
+                if len(df):
+                    write_csv(work / name, df)
+    runs, first = kept["timings.partial.csv"], kept["contended.partial.csv"]
+    loads = runs.drop_duplicates("prompt").chunk_load if len(runs) else pd.Series(dtype=float)
+    return runs.drop(columns="chunk_load"), first if len(first) else None, {
+        "other_load": float(loads.mean()), "timed_again": bool(len(first)),
+        "prompts_timed_again": int(first.prompt.nunique()) if len(first) else 0,
+        "contended": bool((loads > contended_share).any())}
+
+
+def _timed(methods: list[Method], prompts: dict[int, list[int]], categories: dict[int, str]) -> tuple[pd.DataFrame,
+                                                                                                    float]:
+    start = mark()
+    runs = interleaved(methods, prompts, categories=categories)
+    return runs, other_share(start)
 
 
 def check_identical(runs: pd.DataFrame, where: str) -> None:
