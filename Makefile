@@ -27,12 +27,15 @@ target: install
 
 # Lint, the unit tests (one process per CPU, each single-threaded, a file to a process; their cache a
 # temporary one of their own), every notebook under nbmake on the `smoke` profile (results/smoke, ignored
-# by git), then the gpu profile's one-process study dry-run at smoke sizes on the CPU (results/gpu-dry).
+# by git), the gpu profile's one-process study dry-run at smoke sizes on the CPU (results/gpu-dry), then the
+# library as a user without the book's extras installs it: a fresh .venv-core with `pip install .` alone
+# running targets, prepare-data, train and bench on the smoke profile (.ci/core-check).
 test: install
 	$(BIN)/ruff check clover2 tests notebooks
 	$(BIN)/python -m pytest -q -n logical --dist loadfile -p no:nbmake --durations=15
 	CLOVER2_PROFILE=smoke CLOVER2_RESULTS=$(CURDIR)/results $(BIN)/python -m pytest -q --nbmake --nbmake-timeout=1200 notebooks
 	$(BIN)/clover2 notebooks --profile gpu --dry-run --results $(CURDIR)/results
+	PY=$(PY) .ci/core-check
 
 # The research: every notebook executed by papermill on $(PROFILE) (data, drafts, ablations, the
 # benchmark, figures; cached and resumable), then the book from the executed notebooks.
@@ -102,4 +105,4 @@ curves: target
 		$(foreach run,$(CURVE_RUNS),--run $(run)=$(RUNS)/$(run))
 
 clean:
-	rm -rf $(VENV) _build .pytest_cache
+	rm -rf $(VENV) .venv-core _build .pytest_cache
