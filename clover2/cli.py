@@ -100,6 +100,11 @@ PROFILE = arg("--profile", help="profile: a shipped name (cpu, cpu-full, smoke, 
 SETTINGS = arg("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE", dest="settings",
                help="change one setting of the profile (repeatable; VALUE is YAML), e.g. train.max_steps=600, "
                     "train.eagle1.lr=3e-4, draft.num_heads=4, bench.n_per_task=4, dtype=float32")
+# the target and its dtype as every command names them: target commands take them directly (TARGET), profile
+# commands on top of the profile's own (the same as --set target=... --set dtype=...)
+PROFILE_TARGET = (arg("--target", help="the target instead of the profile's: a built-in name, checkpoint folder or "
+                                       "hub id"),
+                  arg("--dtype", help="the target's dtype instead of the profile's: float32 (exact), bfloat16 or auto"))
 KERNELS = arg("--kernels", default="auto", help="the linear kernels of the target and the drafts: auto (per row "
               "count, the one measured fastest on this machine, cached), or one forced everywhere: stock, packed "
               "(oneDNN) or mkl (MKL packed GEMM)")
@@ -124,9 +129,12 @@ RESULTS = arg("--results", type=Path, help="results root (default: $CLOVER2_RESU
 
 
 def _profile(args):
+    """The profile, with --set's changes and then --target's and --dtype's (the profile's own otherwise)."""
     from clover2.profiles import load_profile
 
-    return load_profile(args.profile, settings=args.settings)
+    named = [f"{key}={value}" for key, value in (("target", getattr(args, "target", None)),
+                                                 ("dtype", getattr(args, "dtype", None))) if value is not None]
+    return load_profile(args.profile, settings=[*args.settings, *named])
 
 
 def _load(args):
@@ -223,7 +231,7 @@ def generate_spec(method: str, *, tree: str | None = None, draft: Path | None = 
 
 
 @command("bench", "tasks x methods x temperatures against plain decoding, interleaved",
-         PROFILE, SETTINGS, ADAPTER, KERNELS,
+         PROFILE, SETTINGS, PROFILE_TARGET, ADAPTER, KERNELS,
          arg("--tasks", help="comma-separated tasks (mt_bench, translation, summarization, qa, gsm8k, rag, humaneval) "
                              "or prompts .jsonl files, e.g. Spec-Bench's question.jsonl"),
          arg("--prompts", type=Path, help="one prompts JSONL file as the only task"),
@@ -250,7 +258,7 @@ def _bench(args):
 
 
 @command("prepare-data", "ShareGPT labelled by the target (hidden states, top-k), and a held-out set",
-         PROFILE, SETTINGS,
+         PROFILE, SETTINGS, PROFILE_TARGET,
          arg("--out", type=Path, help="data folder (default: $CLOVER2_CACHE/data/<profile>); the held-out set goes "
                                       "to OUT-eval"),
          arg("--sharegpt", type=Path, help="a full ShareGPT JSON file instead of the wheel's copy"))
@@ -274,7 +282,7 @@ def _prepare_data(args):
 
 
 @command("train", "train a draft on prepared data (torchrun for several processes)",
-         PROFILE, SETTINGS,
+         PROFILE, SETTINGS, PROFILE_TARGET,
          arg("--arch", required=True, choices=_architectures()),
          arg("--data", type=Path, action="append",
              help="data folder (default: $CLOVER2_CACHE/data/<profile>); repeat it to train on a mix; held-out "
@@ -298,7 +306,7 @@ def _train(args):
 
 
 @command("curves", "learning curves: replay every snapshot of long training runs (greedy tau, untimed)",
-         PROFILE, SETTINGS,
+         PROFILE, SETTINGS, PROFILE_TARGET,
          arg("--run", action="append", required=True, metavar="NAME=FOLDER",
              help="a draft's training folder, whose snapshots/ are measured (repeat per draft)"),
          arg("--out", type=Path, required=True, help="folder for the curves' CSV tables"),
@@ -324,7 +332,7 @@ def _parse_run(text: str) -> tuple[str, Path]:
 
 
 @command("coverage", "how much of each task's answers the k most frequent training tokens cover",
-         PROFILE, SETTINGS,
+         PROFILE, SETTINGS, PROFILE_TARGET,
          arg("--data", type=Path, action="append", required=True, help="training data folder (repeat for a mix)"),
          arg("--eval", type=Path, required=True, help="held-out data folder (answers per task)"),
          arg("--sizes", default="1024,2048,4096,8192,16384,32768", help="draft vocabulary sizes, comma-separated"),

@@ -101,6 +101,19 @@ def test_generate_writes_a_method_as_every_command_does_with_the_older_spelling_
             generate_spec(method, **extra)
 
 
+def test_every_command_names_the_target_and_its_dtype_alike():
+    from clover2.cli import _parser, _profile
+
+    args = _parser().parse_args(["train", "--profile", "smoke", "--arch", "clover2", "--target", "my-model",
+                                 "--dtype", "bfloat16", "--set", "train.max_steps=3"])
+    prof = _profile(args)
+    assert (prof.target, prof.dtype, prof.train.max_steps) == ("my-model", "bfloat16", 3)
+    assert _profile(_parser().parse_args(["bench", "--profile", "smoke", "--out", "x"])).dtype == "float32"
+    for cmd in ("generate", "bench", "prepare-data", "train", "coverage", "cost-curve"):
+        actions = next(a for a in _parser()._subparsers._group_actions if a.choices).choices[cmd]._option_string_actions
+        assert {"--target", "--dtype"} <= set(actions), cmd
+
+
 def test_lora_adapter_is_merged_into_the_target(tmp_path):
     from peft import LoraConfig, get_peft_model
 
