@@ -211,3 +211,21 @@ def test_a_tiny_study_times_its_claims_last_training_a_missing_seed_again_withou
     with pytest.raises(Clover2Error, match="not token-identical"):
         claimed.next_step()
     assert not out.exists()
+
+
+def test_a_descriptive_arm_is_timed_at_seed_0_beside_every_seed_of_the_claims_arms():
+    from types import SimpleNamespace
+
+    design = DesignConfig(arms={"c2": Arm("clover2", lrs=(1e-3,), seeds=2), "e1": Arm("eagle1", lrs=(1e-3,), seeds=2),
+                                "e3": Arm("eagle3", lrs=(1e-3,), seeds=3, tier=2)},
+                          reference="e1", primary=("c2",), budgets=(6,), extend_edge=0,
+                          speed_claims=SpeedConfig(descriptive=("e3",)))
+    names = [f"{a}/lr0.001-s{s}/b6" for a, n in (("c2", 2), ("e1", 2), ("e3", 3)) for s in range(n)]
+    records = pd.DataFrame({"run": names, "arm": [n.split("/")[0] for n in names], "lr": 1e-3,
+                            "seed": [int(n.split("-s")[1][0]) for n in names], "budget": 6, "share": 1.0, "dev": 1.5})
+    experiment = SimpleNamespace(design=design, dev=lambda: {(a, 1e-3): 1.5 for a in design.arms},
+                                 records=lambda: records, decay_share=0.2)
+    assert list(speed.timed_drafts(experiment)) == [("c2", 0), ("c2", 1), ("e1", 0), ("e1", 1), ("e3", 0)]
+    experiment.design = replace(design, speed_claims=SpeedConfig(descriptive=("nope",)))
+    with pytest.raises(Clover2Error, match="descriptive names arms"):
+        speed.timed_drafts(experiment)

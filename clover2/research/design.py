@@ -90,6 +90,8 @@ class SpeedConfig:
     contended_share: float = 0.05
     alpha: float = 0.05  # Holm's family-wise level over C1 and C2; the intervals are at 1 - alpha
     threads: int = 0  # torch threads while timing (0: every CPU this process may use)
+    # arms whose seed 0 is timed beside the claims' drafts, its tree chosen alike, in no claim (amendment 1: EAGLE-3)
+    descriptive: tuple[str, ...] = ()
 
     def __post_init__(self):
         if self.calibration_per_task < 1 or not self.chains or min(self.chains) < 1 or self.threads < 0:

@@ -149,15 +149,20 @@ def measure(experiment: Experiment) -> pd.DataFrame:
 
 
 def timed_drafts(experiment: Experiment) -> dict[tuple[str, int], Run]:
-    """Every seed of each timed arm (the primary arms, then the reference), by (arm, seed): its main-budget run
-    on all the data at the arm's chosen rate, which must be recorded (the claims are timed after every seed)."""
+    """Every seed of each timed arm (the primary arms, then the reference), then seed 0 of each descriptive arm
+    (`SpeedConfig.descriptive`: timed beside them, in no claim), by (arm, seed): its main-budget run on all the
+    data at the arm's chosen rate, which must be recorded (the claims are timed after every seed)."""
     design, dev, recorded = experiment.design, experiment.dev(), set(experiment.records().run)
+    descriptive = design.speed_claims.descriptive if design.speed_claims else ()
+    unknown = [a for a in descriptive if a not in design.arms or design.arms[a].cut or design.arms[a].lr_from]
+    if unknown:
+        raise Clover2Error(f"design speed_claims: descriptive names arms with a grid of their own: {unknown}")
     out = {}
-    for arm in (*design.primary, design.reference):
+    for arm in (*design.primary, design.reference, *descriptive):
         lr = chosen_lr(design, arm, dev)
         if lr is None:
             raise Clover2Error(f"{arm}'s learning rate is not chosen yet: the speed claims are timed after every seed")
-        for seed in range(design.arms[arm].seeds):
+        for seed in range(design.arms[arm].seeds if arm not in descriptive else 1):
             run = seed_runs(design, arm, lr, seed, experiment.decay_share)[0]
             if run.name not in recorded:
                 raise Clover2Error(f"{run.name} is not trained yet: the speed claims are timed after every seed")
