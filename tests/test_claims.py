@@ -143,3 +143,20 @@ def test_a_p_value_below_the_bootstraps_resolution_prints_as_a_bound_not_as_zero
                         "ratio": [1.2], "lo": [1.1], "hi": [1.3], "p": [0.0001], "p_holm": [0.0002], "seeds": [3],
                         "prompts": [131], "verdict": ["ahead"]})
     assert readable("verdicts", row)["Holm p"].iloc[0] == "< 0.001"
+
+
+def test_the_speed_claims_in_their_cpu_form_reach_the_front_page_once_timed(tmp_path):
+    from clover2.research.claims import study_claims
+
+    results = _copy(tmp_path)
+    (results / "study" / "speed-cpu").mkdir(parents=True, exist_ok=True)
+    pd.DataFrame({"claim": ["C1", "C2"], "comparison": ["clover2 / plain decoding", "clover2 / eagle1"],
+                  "ratio": [1.18, 0.94], "lo": [1.11, 0.92], "hi": [1.26, 0.98], "p": [0.001, 0.002],
+                  "p_holm": [0.002, 0.004], "verdict": ["faster", "slower"], "seeds": ["5", "5 vs 5"],
+                  "prompts": [131, 131]}).to_csv(results / "study" / "speed-cpu" / "claims.csv", index=False)
+    found = {c.claim: c for c in study_claims(results)}
+    faster = found["Clover-2 (this project's value gain) decodes faster than plain decoding, on this CPU"]
+    assert faster.status == "reproduced" and "1.180x [1.110, 1.260]" in faster.here and "GPUs" in faster.paper
+    rival = found["Clover-2 (this project's value gain) decodes faster than EAGLE-1, on this CPU"]
+    assert rival.status == "not reproduced" and "Holm p 0.004" in rival.here
+    assert "Clover-2 decodes faster than EAGLE-1" not in found  # "not testable here" only until it is timed

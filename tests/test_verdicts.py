@@ -356,3 +356,27 @@ def test_the_pair_speed_section_names_each_draft_its_ratio_to_the_reference_and_
     assert "speed is measured last" in page(DESIGN, {}, status, machine="cpu", commits="abc")  # every run done
     flagged = page(DESIGN, {"speed": table.assign(contended=True)}, status, machine="cpu", commits="abc")
     assert "flagged, not evidence" in flagged
+
+
+def test_the_page_shows_the_speed_claims_in_their_cpu_form_with_the_fits_prediction_beside_the_measurement():
+    from clover2.research.verdicts import page
+
+    table = cells(replays({"c2": 1.8, "e1": 1.6}, seeds={"c2": 5, "e1": 5}), DESIGN, DEV)
+    tables = {"verdicts": verdicts(DESIGN, table)}
+    claims = pd.DataFrame({"claim": ["C1", "C2"], "comparison": ["c2 / plain decoding", "c2 / e1"],
+                           "ratio": [1.18, 0.94], "lo": [1.11, 0.92], "hi": [1.26, 0.98], "p": [0.001, 0.002],
+                           "p_holm": [0.002, 0.004], "verdict": ["faster", "slower"], "seeds": ["5", "5 vs 5"],
+                           "prompts": [131, 131]})
+    claims.attrs["env"] = {"cpu_name": "a test CPU", "commit": "abc", "evaluation": {"other_load": 0.004}}
+    trees = pd.DataFrame({"arm": ["c2", "c2"], "tree": ["chain2", "dynamic:4:2:2"], "speedup": [1.2, 1.1],
+                          "lo": [1.1, 1.0], "hi": [1.3, 1.2], "decode_speedup": [1.3, 1.2],
+                          "predicted_speedup": [np.nan, 1.4], "tau": [1.5, 1.6], "chosen": [True, False]})
+    speedups = pd.DataFrame({"arm": ["pld", "c2"], "speedup": [1.2, 1.18], "lo": [1.1, 1.11], "hi": [1.3, 1.26],
+                             "seeds": [1, 5], "prompts": [131, 131], "tree": ["", "chain2"], "tau": [1.3, 1.5]})
+    status = pd.DataFrame({"run": ["x"], "arm": ["c2"], "state": ["done"], "steps": [1.0]})
+    text = page(DESIGN, {**tables, "speed_claims": claims, "tree_choice": trees, "speedups": speedups}, status,
+                machine="cpu", commits="abc")
+    assert "## The speed claims on this CPU" in text and "| C2 | c2 / e1 | 0.940 [0.920, 0.980] | 0.004 |" in text
+    assert "Timed on a test CPU, code at abc" in text and "0.4% of the machine" in text
+    assert "| c2 | dynamic:4:2:2 |  | 1.100 [1.000, 1.200] | 1.200 | 1.400 | 1.600 |" in text  # fit beside measure
+    assert "## Speed over plain decoding, every draft and baseline" in text

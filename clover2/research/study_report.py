@@ -43,6 +43,12 @@ def write_report(experiment: Experiment) -> dict[str, pd.DataFrame]:
                                       pd.read_csv(experiment.speed_dir / "paired.csv"),
                                       json.loads((experiment.speed_dir / "env.json").read_text()),
                                       design.reference)
+    cpu_form = experiment.speed_claims_dir  # amendment 1's speed claims, once timed: on the page only
+    for name, csv in (("speed_claims", "claims.csv"), ("speedups", "speedups.csv"), ("tree_choice", "calibration.csv")):
+        if (cpu_form / csv).exists():
+            tables[name] = pd.read_csv(cpu_form / csv)
+    if "speed_claims" in tables:  # the machine it was timed on, said once under the claims
+        tables["speed_claims"].attrs["env"] = json.loads((cpu_form / "env.json").read_text())
     sittings = pd.read_csv(experiment.sittings_csv) if experiment.sittings_csv.exists() else pd.DataFrame()
     cpus = machine_text(machine_time(runs, sittings, design.main)) if len(runs) else machine()["cpu_name"]
     commits = f"{runs.commit.nunique()} commits" if len(runs) else "-"
