@@ -380,3 +380,6 @@ def test_the_page_shows_the_speed_claims_in_their_cpu_form_with_the_fits_predict
     assert "Timed on a test CPU, code at abc" in text and "0.4% of the machine" in text
     assert "| c2 | dynamic:4:2:2 |  | 1.100 [1.000, 1.200] | 1.200 | 1.400 | 1.600 |" in text  # fit beside measure
     assert "## Speed over plain decoding, every draft and baseline" in text
+    earlier = tables["verdicts"][tables["verdicts"].family == "primary"]
+    text = page(DESIGN, {**tables, "earlier": earlier}, status, machine="cpu", commits="abc")
+    assert "## The primary comparisons by the protocol's first rules" in text and "| primary | c2 / e1 |" in text

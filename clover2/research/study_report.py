@@ -34,6 +34,9 @@ def write_report(experiment: Experiment) -> dict[str, pd.DataFrame]:
     tables = analyze(design, runs, replays, dev)
     for name, df in tables.items():
         write_csv(results / f"{name}.csv", df)
+    if design is experiment.design and not replays.empty:  # the readings before amendment 1 stay beside its own
+        before = analyze(design.before_amendment(), runs, replays, dev).get("verdicts", pd.DataFrame())
+        tables["earlier"] = before[before.family == "primary"] if len(before) else before
     figures = _figures(design, tables, results / FIGURES)
     if (experiment.published() / "check.csv").exists():  # on the page only: the CSV is check.csv itself
         tables["published"] = pd.read_csv(experiment.published() / "check.csv")[

@@ -475,7 +475,7 @@ def readable(name: str, df: pd.DataFrame) -> pd.DataFrame:
     thousands, columns named in words. The CSVs keep every column as computed."""
     if df.empty:
         return df
-    if name == "verdicts":
+    if name in ("verdicts", "earlier"):
         named = [c if t == "eagle25" else f"{c}, {_tree(t)} tree" for c, t in zip(df.comparison, df.tree)]
         out = pd.DataFrame({  # the raw p and the prompt count are in verdicts.csv; the 25-node tree unless named
             "family": df.family, "comparison": named, "steps": df.budget,
@@ -705,6 +705,9 @@ def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataF
                      "family. Every comparison with its raw p and prompt count, the primary two too, is in "
                      "`verdicts.csv`. The figure shows every comparison, the primary two included, against the "
                      f"paper's claimed gain of {design.smallest_claim:.0%}-{design.largest_claim:.0%}."),
+        "earlier": ("The primary comparisons by the protocol's first rules", "Each arm at the rate the protocol's "
+                    "first grid chose (extended once, no half steps), as read before amendment 1, with the same "
+                    "bootstrap: the amendment's readings above replace these."),
         "per_task": ("Per task", "Each comparison's tau ratio within each Spec-Bench task's prompts (about 24 a "
                      "task; 95% intervals over those prompts and the seeds; descriptive, no verdict), beside the "
                      "paper's Clover-2 / EAGLE-1 ratio per task (the mean of its two targets)."),
