@@ -32,7 +32,7 @@ def decode_path(model, h, ids, t, depth):
     committed = cache.get_seq_length()
     logits, states = [model.root_logits(root)[0]], [root[0]]
     for d in range(1, depth + 1):
-        attention = TreeAttention(committed, [list(range(committed, committed + d - 1))])
+        attention = TreeAttention(committed, torch.ones(1, d - 1, dtype=torch.bool))  # a chain: every earlier step
         s, lg = model.step(states[-1][None], ids[0, t + 1 + d:t + 2 + d], d, cache=cache, attention=attention)
         logits.append(lg[0])
         states.append(s[0])

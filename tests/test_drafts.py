@@ -10,7 +10,7 @@ import torch
 from conftest import VOCAB, hf_greedy
 from test_decode_exact import PROMPTS
 
-from clover2.decoding.decode import DecodeConfig, generate
+from clover2.decoding.decode import DecodeConfig, generate, prefill
 from clover2.decoding.drafter import Recording
 from clover2.decoding.tree import EAGLE_25, preset
 from clover2.drafts import ARCHITECTURES, build_draft
@@ -260,30 +260,51 @@ def test_greedy_output_is_unchanged_by_the_union_of_copying_and_any_draft(tiny, 
 
 
 def _propose(target, drafter):
-    from clover2.decoding.decode import prefill
-
     prompt = PROMPTS[0]
     with torch.no_grad():
         drafter.begin(prompt, prefill(target, target.new_cache(), prompt[:-1], hidden=True).hidden[0])
         return drafter.propose(prompt)
 
 
-@pytest.mark.parametrize("budget, depth, top_k", [(60, 5, 10), (60, 6, 10), (10, 3, 4), (60, 3, 4), (7, 1, 4)])
-def test_dynamic_tree_is_eagle2s(tiny, monkeypatch, budget, depth, top_k):
-    """EAGLE-2: a pool of top_k children per node of the top_k best per depth (top_k at depth 1,
-    top_k^2 below); the tree is the pool's `budget` best nodes, ancestors included."""
-    from clover2.decoding.tree import TreeBuilder
+def _eagle2_reference(model, hidden, next_ids, spec):
+    """EAGLE-2's tree grown node by node on the host from the draft's public calls: the pool's size,
+    and the `budget` best of its nodes (by cumulative log-probability) as parents and tokens."""
+    root = model.advance(hidden[None], torch.tensor(next_ids)[None], model.new_cache())
+    pool, frontier, states = [], [0], {0: root[0]}  # pool: (score, parent, token), node i + 1 = pool[i]
+    for d in range(spec.depth):
+        if d == 0:
+            logits = model.root_logits(root)
+        else:
+            parents = torch.stack([states[pool[n - 1][1]] for n in frontier])
+            new_states, logits = model.step(parents, torch.tensor([pool[n - 1][2] for n in frontier]), d, cache=None)
+            states |= {n: s for n, s in zip(frontier, new_states)}
+        top = torch.log_softmax(logits, -1).topk(spec.top_k, dim=-1)
+        first = len(pool) + 1
+        for n, ids, lq in zip(frontier, model.d2t[top.indices].tolist(), top.values.tolist()):
+            base = pool[n - 1][0] if n else 0.0
+            pool += [(base + v, n, x) for x, v in zip(ids, lq)]
+        frontier = sorted(range(first, len(pool) + 1), key=lambda i: -pool[i - 1][0])[: spec.top_k]
+    kept = sorted(sorted(range(1, len(pool) + 1), key=lambda i: -pool[i - 1][0])[: spec.budget])
+    index = {0: 0} | {n: i + 1 for i, n in enumerate(kept)}
+    return len(pool), (-1, *(index[pool[n - 1][1]] for n in kept)), [pool[n - 1][2] for n in kept]
 
-    pools = []
-    build = TreeBuilder.build
-    monkeypatch.setattr(TreeBuilder, "build", lambda self, keep=None: pools.append(len(self) - 1) or build(self, keep))
+
+@pytest.mark.parametrize("budget, depth, top_k", [(60, 5, 10), (60, 6, 10), (10, 3, 4), (60, 3, 4), (7, 1, 4)])
+def test_dynamic_tree_is_eagle2s(tiny, budget, depth, top_k):
+    """EAGLE-2: a pool of top_k children per node of the top_k best per depth (top_k at depth 1,
+    top_k^2 below); the tree is the pool's `budget` best nodes, ancestors included: the drafter's
+    on-device growth gives the tree a node-by-node reference on the host grows."""
+    torch.manual_seed(0)
     model = build_draft(DraftConfig(num_heads=6), tiny).eval()
-    draft = _propose(tiny, ModelDrafter(model, DynamicTree(budget=budget, depth=depth, top_k=top_k)))
-    pool = top_k + (depth - 1) * top_k ** 2
-    assert pools == [pool]
+    spec = DynamicTree(budget=budget, depth=depth, top_k=top_k)
+    draft = _propose(tiny, ModelDrafter(model, spec))
+    with torch.no_grad():
+        hidden = prefill(tiny, tiny.new_cache(), PROMPTS[0][:-1], hidden=True).hidden[0]
+        pool, parents, tokens = _eagle2_reference(model, hidden, PROMPTS[0][1:], spec)
+    assert pool == top_k + (depth - 1) * top_k ** 2
     assert draft.tree.size - 1 == min(budget, pool)  # the budget binds whenever the pool allows
-    parents, scores = draft.tree.parents, draft.scores
-    assert all(0 <= parents[i] < i for i in range(1, len(parents)))  # every kept node's parent is kept
+    assert (draft.tree.parents, draft.tokens.tolist()) == (parents, tokens)
+    scores = draft.scores
     assert all(scores[i - 1] <= scores[parents[i] - 1] + 1e-6 for i in range(1, len(parents)) if parents[i] > 0)
     assert draft.tree.max_depth <= depth
     assert len(draft.tree.children[0]) <= top_k

@@ -51,7 +51,7 @@ class TreeCache(DynamicCache):
         return target.forward(ids.to(device)[None], positions.to(device)[None], mask, self,
                               logits_to_keep=logits_to_keep, hidden=hidden, layers=layers)
 
-    def commit(self, past: int, path: torch.Tensor) -> None:
+    def commit(self, past: int, path: list[int]) -> None:
         """Keep entries `past + path` (node indices, increasing) right after the first `past` entries."""
         keep = move_path(self.layers, past, path)
         for layer in self.layers:
@@ -59,12 +59,13 @@ class TreeCache(DynamicCache):
             layer.values = layer.values[:, :, :past + keep]
 
 
-def move_path(layers, past: int, path: torch.Tensor) -> int:
+def move_path(layers, past: int, path: list[int]) -> int:
     """Move the entries `past + path` to `past, past + 1, ...` in every layer; return how many."""
-    keep = int(path.numel())
-    if int(path[-1]) != keep - 1:  # the path is nodes 0..k-1: nothing moves
+    keep = len(path)
+    if path[-1] != keep - 1:  # the path is nodes 0..k-1: nothing moves
+        src = torch.tensor(path, device=layers[0].keys.device) + past  # one copy to the device per step
         for layer in layers:
-            src = past + path.to(layer.keys.device)
+            src = src.to(layer.keys.device)  # (a model split over devices)
             layer.keys[:, :, past:past + keep] = layer.keys[:, :, src]
             layer.values[:, :, past:past + keep] = layer.values[:, :, src]
     return keep
@@ -153,7 +154,7 @@ class StaticTreeCache:
         return replace(out, logits=out.logits[:, keep], hidden=None if out.hidden is None else out.hidden[:, :n])
 
     @torch.inference_mode()
-    def commit(self, past: int, path: torch.Tensor) -> None:
+    def commit(self, past: int, path: list[int]) -> None:
         self.length = past + move_path(self.kv.layers, past, path)
 
     def _forward_at(self, ids, positions, masks, start: torch.Tensor, *, hidden: bool, layers: tuple[int, ...]):

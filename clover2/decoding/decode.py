@@ -31,6 +31,9 @@ class DecodeConfig:
     stop_strings: tuple[str, ...] = ()  # stop once the decoded output contains one of these
     sampling: SamplingConfig = SamplingConfig()  # temperature 0: greedy; > 0: lossless sampling
     engine: str = "eager"  # the target's KV cache: eager (the reference), static, or graphs (clover2.decoding.cache)
+    # Wait for the device at each phase's end, so that Step.draft_s and verify_s time the work and not
+    # its launch: free on a CPU, two extra host waits a step on a GPU (benchmarks set it).
+    timed: bool = False
 
     def __post_init__(self):
         if self.max_new_tokens <= 0:
@@ -134,7 +137,7 @@ def speculative_steps(target: Target, drafter: Drafter, prompt_ids: Sequence[int
         cache = new_cache(target, config.engine, capacity=len(prompt) + limit + BUCKETS[-1],
                           hidden=drafter.needs_hidden, layers=drafter.hidden_layers)
     generator = torch.Generator().manual_seed(config.sampling.seed)  # every sampling decision draws from it
-    t0 = t1 = clock(target)
+    t0 = t1 = clock(target, config.timed)
     out = prefill(target, cache, prompt,  # 0. prefill: the step of an empty tree
                   hidden=drafter.needs_hidden, layers=drafter.hidden_layers)
     drafter.begin(prompt, None if out.hidden is None else out.hidden[0, :-1])  # rooted at the prompt's last token
@@ -149,12 +152,12 @@ def speculative_steps(target: Target, drafter: Drafter, prompt_ids: Sequence[int
         drafter.observe(tokens, None if out.hidden is None else out.hidden[0, kept])
         ids = ids + tokens
         yield Step(tokens=tokens, draft_nodes=draft.tree.size - 1, draft_s=t1 - t0,
-                   verify_s=clock(target) - t1, stop=stop)
+                   verify_s=clock(target, config.timed) - t1, stop=stop)
         if stop:
             return
-        t0 = clock(target)
+        t0 = clock(target, config.timed)
         draft = drafter.propose(ids)  # 1. draft a token tree rooted at the last committed token
-        t1 = clock(target)
+        t1 = clock(target, config.timed)
         past = cache.get_seq_length()
         out = verify(target, cache, ids[-1], draft,  # 2. verify it
                      hidden=drafter.needs_hidden, layers=drafter.hidden_layers)
@@ -163,11 +166,11 @@ def speculative_steps(target: Target, drafter: Drafter, prompt_ids: Sequence[int
 def generate(target: Target, drafter: Drafter, prompt_ids: Sequence[int], config: DecodeConfig) -> Generation:
     """Run `speculative_steps` to the end and collect the output and per-step statistics."""
     gen = Generation(prompt_ids=list(prompt_ids))
-    start = clock(target)
+    start = clock(target, True)
     with torch.inference_mode():
         for step in speculative_steps(target, drafter, prompt_ids, config):
             gen.add(step)
-    gen.seconds = time.perf_counter() - start
+    gen.seconds = clock(target, True) - start
     return gen
 
 
@@ -189,8 +192,8 @@ def prefill(target: Target, cache, ids: list[int], *, hidden: bool, layers: tupl
                      layers=layers)
 
 
-def clock(target: Target) -> float:
-    """Wall time in seconds, after the target's device has finished its queued work."""
-    if target.device.type == "cuda":
+def clock(target: Target, wait: bool = True) -> float:
+    """Wall time in seconds; with `wait`, after the target's device has finished its queued work."""
+    if wait and target.device.type == "cuda":
         torch.cuda.synchronize(target.device)
     return time.perf_counter()

@@ -92,8 +92,8 @@ class ReplayCache:
         self.length = past + n
         return TargetOutput(logits=logits[None, keep], hidden=states)
 
-    def commit(self, past: int, path: torch.Tensor) -> None:
-        self.length = past + int(path.numel())
+    def commit(self, past: int, path: list[int]) -> None:
+        self.length = past + len(path)
 
     def _states(self, target, layers: tuple[int, ...]) -> torch.Tensor:
         """The recorded states of `layers` (empty: the last hidden state), concatenated in that order."""

@@ -27,6 +27,9 @@ class Tree:
     ranks: tuple[int, ...] | None = None  # sibling rank of each node (rank-path trees only)
     depth: torch.Tensor = field(init=False, repr=False)  # (N,) int64, root = 0
     ancestors: torch.Tensor = field(init=False, repr=False)  # (N, N) bool, [i, j] = j on root..i path
+    depths: tuple[int, ...] = field(init=False, repr=False)  # `depth` as Python ints (no tensor read)
+    _paths: np.ndarray = field(init=False, repr=False)  # `TreeTensors.paths`, on the host
+    _on: dict = field(init=False, repr=False, default_factory=dict)  # device -> its `TreeTensors` there
 
     def __post_init__(self):
         parents = self.parents
@@ -40,6 +43,22 @@ class Tree:
             anc[i] |= anc[parents[i]]
         object.__setattr__(self, "depth", torch.from_numpy(depth))
         object.__setattr__(self, "ancestors", torch.from_numpy(anc))
+        object.__setattr__(self, "depths", tuple(depth.tolist()))
+        paths = np.zeros((n, depth.max() + 1), dtype=np.int64)
+        for i in range(n):  # root..i, then i repeated: every row as long as the deepest path
+            path = np.flatnonzero(anc[i])
+            paths[i] = np.concatenate([path, np.full(paths.shape[1] - len(path), i)])
+        object.__setattr__(self, "_paths", paths)
+
+    def on(self, device: torch.device) -> TreeTensors:
+        """What verification and acceptance read, on `device`; copied there once per tree (a fixed
+        preset's once per run), so that a step sends no topology to the device."""
+        key = str(device)
+        if key not in self._on:
+            self._on[key] = TreeTensors(
+                depth=self.depth.to(device), ancestors=self.ancestors.to(device),
+                parents=torch.tensor((0, *self.parents[1:]), device=device), paths=torch.from_numpy(self._paths).to(device))
+        return self._on[key]
 
     @property
     def size(self) -> int:
@@ -48,7 +67,7 @@ class Tree:
 
     @property
     def max_depth(self) -> int:
-        return int(self.depth.max())
+        return max(self.depths)
 
     @property
     def children(self) -> list[list[int]]:
@@ -82,6 +101,16 @@ class Tree:
         is_parent = set(self.parents[1:])
         leaves = [i for i in range(self.size) if i not in is_parent]
         return [self.ancestors[leaf].nonzero().flatten().tolist() for leaf in leaves]
+
+
+@dataclass(frozen=True)
+class TreeTensors:
+    """A tree's topology as tensors on one device (`Tree.on`)."""
+
+    depth: torch.Tensor  # (N,) int64
+    ancestors: torch.Tensor  # (N, N) bool
+    parents: torch.Tensor  # (N,) int64, the root's given as 0
+    paths: torch.Tensor  # (N, max_depth + 1) int64: row i = nodes root..i, then i repeated
 
 
 ROOT_ONLY = Tree(parents=(-1,))

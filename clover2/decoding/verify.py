@@ -22,7 +22,7 @@ from clover2.decoding.tree import Draft
 
 @dataclass(frozen=True)
 class Accepted:
-    path: torch.Tensor  # (k + 1,) node indices root..deepest accepted node
+    path: list[int]  # node indices root..deepest accepted node
     tokens: list[int]  # the k accepted draft tokens followed by the bonus token
 
 
@@ -30,25 +30,29 @@ def verify(target: Target, cache, root: int, draft: Draft, *, hidden: bool = Fal
            layers: tuple[int, ...] = ()) -> TargetOutput:
     """Run the target once over [root] + draft tokens, each attending to the prefix and its ancestors
     (with `hidden`, returning the states a draft reads: `layers`, see `Target.forward`)."""
-    ids = torch.cat([torch.tensor([root]), draft.tokens])  # (N,)
-    return cache.run(target, ids, cache.get_seq_length() + draft.tree.depth, draft.tree.ancestors, hidden=hidden,
-                     layers=layers)
+    tree = draft.tree.on(target.device)
+    ids = torch.cat([torch.tensor([root], device=draft.tokens.device), draft.tokens])  # (N,)
+    return cache.run(target, ids, cache.get_seq_length() + tree.depth, tree.ancestors, hidden=hidden, layers=layers)
 
 
 def accept_greedy(draft: Draft, logits: torch.Tensor) -> Accepted:
     """The longest draft path that matches the target's argmax, plus the bonus token.
 
-    `logits`: `(N, V)`, row i = the target's logits after node i.
+    `logits`: `(N, V)`, row i = the target's logits after node i. Computed where the logits are; the
+    host reads the result once (on a GPU, the step's one wait for the target).
     """
-    tree = draft.tree
-    choice = logits.argmax(-1).cpu()  # (N,) target's greedy token after each node
-    match = torch.ones(tree.size, dtype=torch.bool)
-    match[1:] = draft.tokens == choice[list(tree.parents[1:])]
+    tree = draft.tree.on(logits.device)
+    tokens = torch.cat([tree.parents[:1], draft.tokens.to(logits.device)])  # (N,), the root's a placeholder
+    choice = logits.argmax(-1)  # (N,) the target's greedy token after each node
+    match = tokens == choice[tree.parents]
+    match[0] = True
     ok = ~(tree.ancestors & ~match).any(1)  # node and all its ancestors match
-    best = int(torch.where(ok, tree.depth, -1).argmax())
-    path = tree.ancestors[best].nonzero().flatten()
-    tokens = draft.tokens[path[1:] - 1].tolist() + [int(choice[best])]
-    return Accepted(path=path, tokens=tokens)
+    best = torch.where(ok, tree.depth, -1).argmax()
+    path = tree.paths[best]  # root..best, padded with best
+    read = torch.cat([tree.depth[best, None], path, tokens[path], choice[best, None]]).tolist()
+    depth, width = read[0], len(path)
+    path_ids, path_tokens = read[1:2 + depth], read[1 + width:2 + width + depth]
+    return Accepted(path=path_ids, tokens=path_tokens[1:] + [read[-1]])
 
 
 def accept(draft: Draft, logits: torch.Tensor, sampling: SamplingConfig, generator: torch.Generator) -> Accepted:
@@ -56,10 +60,10 @@ def accept(draft: Draft, logits: torch.Tensor, sampling: SamplingConfig, generat
     if sampling.greedy:
         return accept_greedy(draft, logits)
     p = warp(logits, sampling).cpu()  # (N, V) the target's sampling distribution after each node
-    q = draft.q if draft.q is not None else F.one_hot(draft.tokens, p.shape[-1]).float()
-    path, last = accept_tree(draft.tree.children, draft.tokens, q.cpu(), p, generator)
-    nodes = torch.tensor(path)
-    return Accepted(path=nodes, tokens=draft.tokens[nodes[1:] - 1].tolist() + [last])
+    tokens = draft.tokens.cpu()
+    q = draft.q if draft.q is not None else F.one_hot(tokens, p.shape[-1]).float()
+    path, last = accept_tree(draft.tree.children, tokens, q.cpu(), p, generator)
+    return Accepted(path=path, tokens=tokens[torch.tensor(path[1:], dtype=torch.long) - 1].tolist() + [last])
 
 
 def accepted_nodes(draft: Draft, continuation: list[int]) -> list[bool]:

@@ -56,15 +56,15 @@ BORROWED = ("lm_head.", "embed.", "target_norm.")
 
 @dataclass(frozen=True)
 class TreeAttention:
-    """For drafts whose step attends over the tree (EAGLE-1): where the nodes of one call sit.
+    """For drafts whose step attends over the tree (EAGLE-1, EAGLE-3): where the nodes of one call sit.
 
     The draft's KV cache holds `committed` sequence entries, then one entry per tree node already
-    stepped; `visible[r]` lists the cache slots of row r's tree ancestors (the root excluded: it is
-    committed), which row r attends to besides the sequence and itself.
+    stepped; `visible[r, j]` says whether row r sees tree entry j (its tree ancestors; the root is
+    committed), which it attends to besides the sequence and itself.
     """
 
     committed: int
-    visible: list[list[int]]
+    visible: torch.Tensor  # (n, tree entries so far) bool, on the draft's device
 
 
 class DraftModel(nn.Module):
@@ -221,10 +221,9 @@ def _tree_attention(attention: TreeAttention, cache: DynamicCache, depth: int, e
     past, n = cache.get_seq_length(), e.shape[1]
     mask = torch.full((n, past + n), torch.finfo(e.dtype).min, device=e.device)
     mask[:, :attention.committed] = 0  # the committed sequence is visible; of the tree entries, only...
+    mask[:, attention.committed:past].masked_fill_(attention.visible, 0)  # ...its ancestors'...
     rows = torch.arange(n, device=e.device)
-    mask[rows, past + rows] = 0  # ...the node's own
-    for row, slots in enumerate(attention.visible):
-        mask[row, slots] = 0  # ...and its ancestors'
+    mask[rows, past + rows] = 0  # ...and the node's own
     positions = torch.full((1, n), attention.committed + depth - 1, device=e.device)
     return dict(cache=cache, position_ids=positions, attention_mask=mask[None, None])
 

@@ -130,6 +130,6 @@ def probe(model: DraftModel, target: Target, *, depth: int = 2, top: int = 8) ->
         tokens.append(model.d2t[best.indices].tolist())
         values.append([round(v, 4) for v in best.values.tolist()])
         if d < depth:
-            attention = TreeAttention(committed, [list(range(committed, committed + d))])
+            attention = TreeAttention(committed, torch.ones(1, d, dtype=torch.bool, device=state.device))  # a chain
             state, logits = model.step(state, model.d2t[best.indices[:1]], d + 1, cache=cache, attention=attention)
     return {"prompt": PROBE, "tokens": tokens, "logits": values}

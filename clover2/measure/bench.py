@@ -430,7 +430,7 @@ def run_bench(target: Target, config: BenchConfig, drafts: Mapping[str, Path] | 
     for s in specs:
         sampling = SamplingConfig(temperature=s.temperature, top_p=config.top_p if s.temperature else 1.0,
                                   top_k=config.top_k if s.temperature else 0, seed=config.seed)
-        decode = DecodeConfig(max_new_tokens=config.max_new_tokens, sampling=sampling)
+        decode = DecodeConfig(max_new_tokens=config.max_new_tokens, sampling=sampling, timed=True)
         model = models.get((s.draft, precision))
         make = None
         if s.tree == "fitted":

@@ -125,7 +125,8 @@ def component_costs(target: Target, model: DraftModel, prompt_ids: Sequence[int]
         rows.append({"part": "draft: trunk over one new position", "ms": timed(trunk)})
         rows.append({"part": "draft: depth 0 (root head)", "ms": timed(lambda: model.root_logits(root))})
         committed = dcache.get_seq_length()
-        attention = TreeAttention(committed, [[] for _ in range(width)]) if model.attends_to_tree else None
+        attention = (TreeAttention(committed, torch.zeros(width, 0, dtype=torch.bool, device=target.device))
+                     if model.attends_to_tree else None)
 
         def deeper():  # `width` children of the root, one batched call (EAGLE-1 adds KV entries: dropped)
             model.step(root.expand(width, -1), one[0].repeat(width), 1, cache=dcache, attention=attention)

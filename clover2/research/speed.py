@@ -86,7 +86,7 @@ def measure(experiment: Experiment) -> pd.DataFrame:
     retrained = retrain_missing(experiment, drafts, prompts)  # at the study's own thread count, as it trained
     records = calibration_set(experiment.study.profile.bench.tasks, config.calibration_per_task)
     arch = {arm: experiment.study._draft_config(design.arms[arm].variant).arch for arm, _ in drafts}
-    decode = DecodeConfig(max_new_tokens=design.max_new_tokens)  # greedy on the eager engine: the fp32 exact path
+    decode = DecodeConfig(max_new_tokens=design.max_new_tokens, timed=True)  # greedy, eager engine: the fp32 exact path
     fit_config = replace(experiment.study.profile.bench.fit, max_new_tokens=design.max_new_tokens)
     threads = torch.get_num_threads()
     torch.set_num_threads(config.threads or len(os.sched_getaffinity(0)))
