@@ -55,9 +55,9 @@ class Tree:
         preset's once per run), so that a step sends no topology to the device."""
         key = str(device)
         if key not in self._on:
-            self._on[key] = TreeTensors(
-                depth=self.depth.to(device), ancestors=self.ancestors.to(device),
-                parents=torch.tensor((0, *self.parents[1:]), device=device), paths=torch.from_numpy(self._paths).to(device))
+            self._on[key] = TreeTensors(depth=self.depth.to(device), ancestors=self.ancestors.to(device),
+                                        parents=torch.tensor((0, *self.parents[1:]), device=device),
+                                        paths=torch.from_numpy(self._paths).to(device))
         return self._on[key]
 
     @property
