@@ -1,11 +1,15 @@
 """A greedy decoding step waits on the device at most twice: counted on the CPU, where every read of a
 tensor's values into Python (`item`, `tolist`, `cpu`, `numpy`, `nonzero`, `bool`/`int`/`float`/index
-conversion) is one the host would wait for on a GPU. What cannot be counted this way (an operation
-whose output size depends on values, inside PyTorch) the code avoids by construction."""
+conversion) is one the host would wait for on a GPU, and so is every blocking copy to a device that
+clover2's code makes (`torch.tensor(..., device=...)`, `.to(device)` without `non_blocking`: PyTorch
+synchronizes the stream after one; `clover2.decoding.transfer.to_device` copies without; the
+target's own modeling code moves only what already lives on its device). What cannot be counted this
+way (an operation whose output size depends on values, inside PyTorch) the code avoids by construction."""
 
 from __future__ import annotations
 
 import contextlib
+import sys
 
 import pytest
 import torch
@@ -13,6 +17,7 @@ from test_decode_exact import PROMPTS
 
 from clover2.decoding.decode import DecodeConfig, speculative_steps
 from clover2.decoding.drafter import NoDrafter
+from clover2.decoding.transfer import to_device
 from clover2.decoding.tree import EAGLE_25
 from clover2.drafts import ARCHITECTURES, build_draft
 from clover2.drafts.config import DraftConfig
@@ -21,9 +26,15 @@ from clover2.drafts.drafter import DynamicTree, ModelDrafter
 READS = ("item", "tolist", "cpu", "numpy", "nonzero", "__bool__", "__int__", "__float__", "__index__")
 
 
+def _by_clover2() -> bool:
+    """Is the call being counted made by clover2's code? (Frames: this, the counting wrapper, its caller.)"""
+    return sys._getframe(2).f_globals.get("__name__", "").startswith("clover2.")
+
+
 @contextlib.contextmanager
 def counted_reads(monkeypatch):
-    """Counts every read of a tensor's values into Python while it is open: `count[0]`."""
+    """Counts, while it is open, every read of a tensor's values into Python and every blocking copy
+    to a device: `count[0]`."""
     count = [0]
     for name in READS:
         method = getattr(torch.Tensor, name)
@@ -32,6 +43,18 @@ def counted_reads(monkeypatch):
             count[0] += 1
             return _method(self, *args, **kwargs)
         monkeypatch.setattr(torch.Tensor, name, counting)
+    to, tensor = torch.Tensor.to, torch.tensor
+
+    def blocking_to(self, *args, **kwargs):
+        to_a_device = "device" in kwargs or any(isinstance(a, (torch.device, str, torch.Tensor)) for a in args)
+        count[0] += _by_clover2() and to_a_device and not kwargs.get("non_blocking")
+        return to(self, *args, **kwargs)
+
+    def tensor_on_a_device(*args, **kwargs):
+        count[0] += _by_clover2() and kwargs.get("device") is not None
+        return tensor(*args, **kwargs)
+    monkeypatch.setattr(torch.Tensor, "to", blocking_to)
+    monkeypatch.setattr(torch, "tensor", tensor_on_a_device)
     yield count
     monkeypatch.undo()
 
@@ -57,12 +80,15 @@ def reads_per_step(target, drafter, monkeypatch, *, engine="eager", new_tokens=2
     return [reads for reads, _ in counts]
 
 
-def test_the_counter_counts_what_the_old_decoder_read(monkeypatch):
-    """The counter is not blind: reads of the kinds the decoder used to make are counted."""
+def test_the_counter_counts_reads_and_blocking_copies(monkeypatch):
+    """The counter is not blind: reads of the kinds the decoder used to make are counted, and so is a
+    blocking copy that clover2's code makes; a non-blocking one and a dtype change are not."""
+    x = torch.arange(4)
     with counted_reads(monkeypatch) as count:
-        x = torch.arange(4)
         x.tolist(), int(x[0]), x.argmax().item(), x.cpu(), bool(x[1]), [0, 1][x[1]], x.nonzero()
-    assert count[0] >= 7
+        x.to(torch.float64), to_device(x, "cpu"), x.to("cpu"), torch.tensor([1], device="cpu")  # not clover2's
+        exec("x.to('cpu'); torch.tensor([1], device='cpu')", {"__name__": "clover2.anywhere", "x": x, "torch": torch})
+    assert count[0] == 9
 
 
 @pytest.mark.parametrize("engine", ["eager", "static"])

@@ -25,6 +25,7 @@ import torch
 from transformers import DynamicCache, StaticCache
 
 from clover2.decoding.graphs import GraphCache
+from clover2.decoding.transfer import to_device
 from clover2.errors import Clover2Error
 
 ENGINES = ("eager", "static", "graphs")
@@ -47,8 +48,8 @@ class TreeCache(DynamicCache):
             mask = None
         else:
             mask = torch.zeros(1, 1, n, past + n, dtype=target.dtype, device=device)
-            mask[0, 0, :, past:].masked_fill_(~visible.to(device), torch.finfo(target.dtype).min)
-        return target.forward(ids.to(device)[None], positions.to(device)[None], mask, self,
+            mask[0, 0, :, past:].masked_fill_(~to_device(visible, device), torch.finfo(target.dtype).min)
+        return target.forward(to_device(ids, device)[None], to_device(positions, device)[None], mask, self,
                               logits_to_keep=logits_to_keep, hidden=hidden, layers=layers)
 
     def commit(self, past: int, path: list[int]) -> None:
@@ -63,9 +64,9 @@ def move_path(layers, past: int, path: list[int]) -> int:
     """Move the entries `past + path` to `past, past + 1, ...` in every layer; return how many."""
     keep = len(path)
     if path[-1] != keep - 1:  # the path is nodes 0..k-1: nothing moves
-        src = torch.tensor(path, device=layers[0].keys.device) + past  # one copy to the device per step
+        src = to_device(path, layers[0].keys.device) + past  # one copy to the device per step
         for layer in layers:
-            src = src.to(layer.keys.device)  # (a model split over devices)
+            src = to_device(src, layer.keys.device)  # (a model split over devices)
             layer.keys[:, :, past:past + keep] = layer.keys[:, :, src]
             layer.values[:, :, past:past + keep] = layer.values[:, :, src]
     return keep
@@ -137,16 +138,16 @@ class StaticTreeCache:
         if past + size > self.capacity:
             raise Clover2Error(f"static cache of {self.capacity} tokens is full ({past} + {size})")
         ids_b = torch.zeros(1, size, dtype=torch.long, device=device)
-        ids_b[0, :n] = ids.to(device)
+        ids_b[0, :n] = to_device(ids, device)
         pos_b = torch.full((1, size), past, dtype=torch.long, device=device)
-        pos_b[0, :n] = positions.to(device)
+        pos_b[0, :n] = to_device(positions, device)
         mask = torch.full((1, 1, size, self.capacity), torch.finfo(target.dtype).min, dtype=target.dtype, device=device)
         mask[0, 0, :n, :past] = 0
-        mask[0, 0, :n, past:past + n].masked_fill_(visible.to(device), 0)
+        mask[0, 0, :n, past:past + n].masked_fill_(to_device(visible, device), 0)
         pad = torch.arange(n, size, device=device)
         mask[0, 0, pad, past + pad] = 0
         masks = target.layer_masks(mask, pos_b, first_new=past)  # per layer type, outside any capture
-        start = torch.tensor(past, device=device)
+        start = to_device(past, device)
         run = self._forward if size in BUCKETS else self._forward_at
         out = run(ids_b, pos_b, masks, start, hidden=hidden, layers=layers)
         self.length = past + n  # as a dynamic cache: the new entries count until `commit`

@@ -19,6 +19,7 @@ from clover2.decoding.cache import BUCKETS, ENGINES, new_cache
 from clover2.decoding.drafter import Drafter
 from clover2.decoding.sampling import SamplingConfig
 from clover2.decoding.target import Target, TargetOutput
+from clover2.decoding.transfer import to_device
 from clover2.decoding.tree import NO_DRAFT
 from clover2.decoding.verify import accept, verify
 from clover2.errors import Clover2Error
@@ -149,7 +150,7 @@ def speculative_steps(target: Target, drafter: Drafter, prompt_ids: Sequence[int
         tokens, stop = stopper.cut(accepted.tokens)
         kept = accepted.path[: len(tokens)]
         cache.commit(past, kept)  # 4. commit: keep the KV entries of root + accepted nodes
-        drafter.observe(tokens, None if out.hidden is None else out.hidden[0, kept])
+        drafter.observe(tokens, None if out.hidden is None else out.hidden[0, to_device(kept, out.hidden.device)])
         ids = ids + tokens
         yield Step(tokens=tokens, draft_nodes=draft.tree.size - 1, draft_s=t1 - t0,
                    verify_s=clock(target, config.timed) - t1, stop=stop)

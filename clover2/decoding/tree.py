@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from clover2.decoding.transfer import to_device
 from clover2.errors import Clover2Error
 
 
@@ -55,9 +56,9 @@ class Tree:
         preset's once per run), so that a step sends no topology to the device."""
         key = str(device)
         if key not in self._on:
-            self._on[key] = TreeTensors(depth=self.depth.to(device), ancestors=self.ancestors.to(device),
-                                        parents=torch.tensor((0, *self.parents[1:]), device=device),
-                                        paths=torch.from_numpy(self._paths).to(device))
+            self._on[key] = TreeTensors(
+                depth=to_device(self.depth, device), ancestors=to_device(self.ancestors, device),
+                parents=to_device((0, *self.parents[1:]), device), paths=to_device(self._paths, device))
         return self._on[key]
 
     @property

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 from clover2.decoding.sampling import SamplingConfig, accept_tree, warp
 from clover2.decoding.target import Target, TargetOutput
+from clover2.decoding.transfer import to_device
 from clover2.decoding.tree import Draft
 
 
@@ -31,7 +32,7 @@ def verify(target: Target, cache, root: int, draft: Draft, *, hidden: bool = Fal
     """Run the target once over [root] + draft tokens, each attending to the prefix and its ancestors
     (with `hidden`, returning the states a draft reads: `layers`, see `Target.forward`)."""
     tree = draft.tree.on(target.device)
-    ids = torch.cat([torch.tensor([root], device=draft.tokens.device), draft.tokens])  # (N,)
+    ids = torch.cat([to_device([root], draft.tokens.device), draft.tokens])  # (N,)
     return cache.run(target, ids, cache.get_seq_length() + tree.depth, tree.ancestors, hidden=hidden, layers=layers)
 
 
@@ -42,7 +43,7 @@ def accept_greedy(draft: Draft, logits: torch.Tensor) -> Accepted:
     host reads the result once (on a GPU, the step's one wait for the target).
     """
     tree = draft.tree.on(logits.device)
-    tokens = torch.cat([tree.parents[:1], draft.tokens.to(logits.device)])  # (N,), the root's a placeholder
+    tokens = torch.cat([tree.parents[:1], to_device(draft.tokens, logits.device)])  # (N,), the root's a placeholder
     choice = logits.argmax(-1)  # (N,) the target's greedy token after each node
     match = tokens == choice[tree.parents]
     match[0] = True

@@ -33,6 +33,7 @@ import torch
 from clover2.decoding.drafter import Drafter
 from clover2.decoding.graphs import GraphCache
 from clover2.decoding.sampling import SamplingConfig, draw_without_replacement, warp
+from clover2.decoding.transfer import to_device
 from clover2.decoding.tree import NO_DRAFT, Draft, Tree, TreeBuilder
 from clover2.drafts.base import DraftModel, TreeAttention
 from clover2.errors import Clover2Error
@@ -100,14 +101,15 @@ class ModelDrafter(Drafter):
         self.pending_next = list(prompt_ids[1:])
 
     def observe(self, new_ids: Sequence[int], hidden: torch.Tensor | None) -> None:
-        self.pending_h = torch.cat([self.pending_h.to(hidden.device), hidden]) if len(self.pending_h) else hidden
+        old = to_device(self.pending_h, hidden.device)
+        self.pending_h = torch.cat([old, hidden]) if len(old) else hidden
         self.pending_next = self.pending_next + list(new_ids)
 
     def propose(self, ids: Sequence[int]) -> Draft:
         if not self.pending_next:  # a one-token prompt: nothing to draft from yet
             return NO_DRAFT
-        h = self.pending_h.to(self.device, self.dtype)[None]  # (1, n, H)
-        nxt = torch.tensor(self.pending_next, device=self.device)[None]  # (1, n)
+        h = to_device(self.pending_h, self.device, self.dtype)[None]  # (1, n, H)
+        nxt = to_device(self.pending_next, self.device)[None]  # (1, n)
         root = self.model.advance(h, nxt, self.cache)  # the sequence part over the newly committed positions
         self.pending_h, self.pending_next = self.pending_h[:0], []
         committed = self.cache.get_seq_length()
