@@ -16,9 +16,9 @@ and the engine underneath, piece by piece:
 
 Layers, each a subpackage that imports only the ones above it in this list:
 `decoding` (the engine: target, tree, verify, sampling, cache, decode loop, drafters),
-`drafts` (the draft models and the drafter that grows trees with them), `training`
-(tasks, data, losses, the train loop), `measure` (method specs, benchmark, cost curve, tree fitting,
-replays, provenance) and `research` (the notebooks' study, the designed study, figures and runs; needs
+`drafts` (the draft models, the drafter that grows trees with them, and methods by name), `training`
+(tasks, data, losses, the train loop), `measure` (benchmark, cost curve, tree fitting, replays,
+provenance) and `research` (the notebooks' study, the designed study, figures and runs; needs
 the `book` extra).
 """
 
@@ -42,7 +42,7 @@ _EXPORTS = {
     "PromptLookupDrafter": "clover2.decoding.prompt_lookup",
     "DraftConfig": "clover2.drafts.config", "DynamicTree": "clover2.drafts.drafter",
     "ModelDrafter": "clover2.drafts.drafter", "load_draft": "clover2.drafts.checkpoint",
-    "MethodSpec": "clover2.measure.methods", "chat": "clover2.measure.methods",
+    "MethodSpec": "clover2.drafts.methods", "chat": "clover2.drafts.methods",
 }
 
 __all__ = ["__version__", *_EXPORTS]

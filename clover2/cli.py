@@ -185,7 +185,7 @@ def _generate(args):
     from clover2.decoding.decode import DecodeConfig
     from clover2.decoding.prompts import PromptRecord, conversation_json, read_prompts, run_conversation
     from clover2.decoding.sampling import SamplingConfig
-    from clover2.measure.methods import drafter_factory
+    from clover2.drafts.methods import drafter_factory
 
     sampling = SamplingConfig(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed)
     config = DecodeConfig(max_new_tokens=args.max_new_tokens, stop_strings=tuple(args.stop), sampling=sampling)
@@ -203,7 +203,7 @@ def generate_spec(method: str, *, tree: str | None = None, draft: Path | None = 
     `--draft`, the older spelling, fill in what the method leaves out (giving both ways is an error)."""
     from dataclasses import replace
 
-    from clover2.measure.methods import HF_METHODS, TREE_METHODS, MethodSpec, parse_tree
+    from clover2.drafts.methods import HF_METHODS, TREE_METHODS, MethodSpec, parse_tree
 
     head, _, path = method.partition("=")
     if "/" in head or "!" in head:

@@ -24,11 +24,11 @@ from clover2.decoding.tree import preset
 from clover2.drafts import build_draft
 from clover2.drafts.checkpoint import save_draft
 from clover2.drafts.config import DraftConfig
+from clover2.drafts.methods import MethodSpec, drafter_factory
 from clover2.errors import Clover2Error
 from clover2.load import mark, other_share
 from clover2.measure.bench import BenchConfig, Method, interleaved, make_method, moved, paired, run_bench, summarize
 from clover2.measure.fit import FitConfig, cost_curve, fit
-from clover2.measure.methods import MethodSpec, drafter_factory
 from clover2.measure.provenance import environment
 from clover2.training.tasks import load_task
 

@@ -17,9 +17,9 @@ from clover2.drafts import ARCHITECTURES, build_draft
 from clover2.drafts.base import DraftModel
 from clover2.drafts.config import DraftConfig
 from clover2.drafts.drafter import DynamicTree, ModelDrafter
+from clover2.drafts.methods import MethodSpec, drafter_factory
 from clover2.errors import Clover2Error
-from clover2.measure.fit import Fitted
-from clover2.measure.methods import MethodSpec, drafter_factory, fitted_factory
+from clover2.measure.fit import Fitted, fitted_factory
 from clover2.training.losses import Batch, draft_loss, hard_ce, soft_ce
 
 MAX_NEW = 24

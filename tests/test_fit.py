@@ -14,11 +14,11 @@ from clover2.decoding.decode import DecodeConfig, generate
 from clover2.decoding.drafter import Recording
 from clover2.decoding.prompts import PromptRecord
 from clover2.decoding.suffix import SuffixCache
-from clover2.decoding.union import Union
+from clover2.decoding.union import Union, copy_drafters
 from clover2.drafts import build_draft
 from clover2.drafts.config import DraftConfig
 from clover2.drafts.drafter import DynamicTree, ModelDrafter
-from clover2.measure.fit import FitConfig, Fitted, _node_outcomes, calibration_records, copy_drafters, fit
+from clover2.measure.fit import FitConfig, Fitted, _node_outcomes, calibration_records, fit
 
 REPEATING = [5, 6, 7, 8, 9, 10, 5, 6, 7, 8, 9, 10, 5, 6, 7]  # gives the copy drafters something to copy
 

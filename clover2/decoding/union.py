@@ -21,7 +21,7 @@ source per step, which keeps the target's distribution exactly.
 Per step, `accepted` records which source proposed each accepted draft token (read off the draft
 along the committed tokens): what each source contributes to tau. A node that several sources
 proposed counts for the first of them in `sources`' order (the copy sources come before the draft
-in `clover2.measure.methods`, so the draft is credited only with tokens that copying missed).
+in `clover2.drafts.methods`, so the draft is credited only with tokens that copying missed).
 """
 
 from __future__ import annotations
@@ -32,6 +32,8 @@ from collections.abc import Mapping, Sequence
 import torch
 
 from clover2.decoding.drafter import Drafter
+from clover2.decoding.prompt_lookup import PromptLookupDrafter
+from clover2.decoding.suffix import SuffixCache
 from clover2.decoding.tree import NO_DRAFT, Draft, TreeBuilder
 from clover2.errors import Clover2Error
 
@@ -119,3 +121,8 @@ class Union(Drafter):
                 sources.append(self.origin[node - 1])
             self.accepted.append(tuple(sources))
         self.draft = None
+
+
+def copy_drafters(suffix: SuffixCache) -> dict[str, Drafter]:
+    """The copy-based drafters for one generation; `suffix` remembers every generation it served."""
+    return {"suffix": suffix.drafter(), "pld": PromptLookupDrafter()}

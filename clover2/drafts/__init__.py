@@ -1,5 +1,5 @@
-"""The draft models (the paper's q), one class per architecture, and the drafter that grows token
-trees with them.
+"""The draft models (the paper's q), one class per architecture, the drafter that grows token
+trees with them, and decoding methods by name (`clover2.drafts.methods`).
 
 To add an architecture: subclass `DraftModel` in a module of its own (its `recipe`, its parts, and
 its `trunk` and `head_step`, which training and decoding share), then register it below. The CLI,

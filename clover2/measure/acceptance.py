@@ -23,9 +23,9 @@ from clover2.decoding.target import Target
 from clover2.drafts.base import DraftModel
 from clover2.drafts.checkpoint import load_draft
 from clover2.drafts.drafter import ModelDrafter
+from clover2.drafts.methods import parse_tree
 from clover2.errors import Clover2Error
 from clover2.files import atomic_path
-from clover2.measure.methods import parse_tree
 
 
 def layers_read(target: Target, archs: Sequence[str]) -> tuple[int, ...]:

@@ -36,12 +36,20 @@ from clover2.decoding.union import Union
 from clover2.drafts.base import DraftModel
 from clover2.drafts.checkpoint import DRAFT_WEIGHTS, SIDECAR
 from clover2.drafts.drafter import DynamicTree
+from clover2.drafts.methods import HF_METHODS, UNIONS, MethodSpec, drafter_factory, load_draft_for
 from clover2.errors import Clover2Error
 from clover2.files import write_csv, write_json
 from clover2.load import CONTENDED_SHARE, mark, other_share
 from clover2.measure.bandwidth import bandwidth_floor
-from clover2.measure.fit import FitConfig, calibrate, calibration_records, cost_curve, fit, source_acceptance
-from clover2.measure.methods import HF_METHODS, UNIONS, MethodSpec, drafter_factory, fitted_factory, load_draft_for
+from clover2.measure.fit import (
+    FitConfig,
+    calibrate,
+    calibration_records,
+    cost_curve,
+    fit,
+    fitted_factory,
+    source_acceptance,
+)
 from clover2.measure.provenance import environment
 from clover2.training.tasks import SPEC_BENCH_TASKS, load_task
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import itertools
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,16 +36,17 @@ from tqdm.auto import tqdm
 
 from clover2.decoding.cache import BUCKETS, new_cache
 from clover2.decoding.decode import DecodeConfig, clock, generate, prefill
-from clover2.decoding.drafter import Drafter, Recording
-from clover2.decoding.prompt_lookup import PromptLookupDrafter
+from clover2.decoding.drafter import Drafter, NoDrafter, Recording
 from clover2.decoding.prompts import PromptRecord
+from clover2.decoding.sampling import SamplingConfig
 from clover2.decoding.suffix import SuffixCache
 from clover2.decoding.target import Target
 from clover2.decoding.tree import Draft, Tree
-from clover2.decoding.union import Union
+from clover2.decoding.union import Union, copy_drafters
 from clover2.decoding.verify import accepted_nodes, verify
 from clover2.drafts.base import DraftModel
 from clover2.drafts.drafter import DynamicTree, ModelDrafter
+from clover2.drafts.methods import HYBRIDS, MethodSpec, drafters_for
 from clover2.errors import Clover2Error
 
 
@@ -92,11 +93,6 @@ def cost_curve(target: Target, *, prefix: int = 200, sizes=(1, 2, 4, 8, 12, 16, 
 
 COPY_SOURCES = ("suffix", "pld")  # the copy-based drafters a union adds to a draft model
 COPY_BUDGETS = (0, 1, 2, 4, 8)  # node budgets tried per copy source (8: each one's own cap)
-
-
-def copy_drafters(suffix: SuffixCache) -> dict[str, Drafter]:
-    """The copy-based drafters for one generation; `suffix` remembers every generation it served."""
-    return {"suffix": suffix.drafter(), "pld": PromptLookupDrafter()}
 
 
 def calibration_records(tasks: Sequence[list[PromptRecord]], chosen: Sequence[PromptRecord], n: int,
@@ -234,3 +230,16 @@ def source_acceptance(calibration: dict) -> dict:
         out[s] = {"nodes_per_step": len(mine) / steps, "accepted_per_step": float(mine.accepted.sum()) / steps,
                   "first_node_accepted_per_step": float(mine[rank[rank.notna()] == 0].accepted.sum()) / steps}
     return out
+
+
+def fitted_factory(spec: MethodSpec, model: DraftModel, fitted: Fitted | None,
+                   sampling: SamplingConfig = SamplingConfig()) -> Callable[[], Drafter]:
+    """The drafters of a `@fitted` method: the draft's fitted tree (and, for a union, the copy
+    sources' fitted budgets); where nothing was predicted to pay, plain decoding (the copy source
+    alone for a hybrid such as `pld+ARCH`, still a one-source `Union`, which counts what it proposed)."""
+    if fitted is None and spec.name in HYBRIDS:
+        suffix, copy = SuffixCache(), HYBRIDS[spec.name]  # as `suffix`, it remembers earlier generations
+        return lambda: Union({copy: copy_drafters(suffix)[copy]}, one_source=True)
+    if fitted is None:
+        return NoDrafter
+    return drafters_for(spec, model, fitted.tree, dict(fitted.copy), sampling)

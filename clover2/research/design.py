@@ -40,11 +40,11 @@ from clover2.decoding.decode import DecodeConfig
 from clover2.decoding.kernels import MODES
 from clover2.decoding.prompts import first_turn_ids
 from clover2.drafts.checkpoint import SIDECAR, WEIGHTS, load_draft, probe, target_record
+from clover2.drafts.methods import parse_tree
 from clover2.errors import Clover2Error
 from clover2.files import atomic_path, sha256_file, stable_hash, write_csv, write_json
 from clover2.measure.acceptance import layers_read, references, replayed_steps
 from clover2.measure.bench import run_bench
-from clover2.measure.methods import parse_tree
 from clover2.measure.provenance import commit, machine
 from clover2.paths import cache_root
 from clover2.training.data import DistillData

@@ -52,13 +52,13 @@ from clover2.decoding.prompts import PromptRecord, first_turn_ids
 from clover2.decoding.target import Target, with_kernels
 from clover2.drafts.base import DraftModel
 from clover2.drafts.checkpoint import SIDECAR, WEIGHTS, load_draft
+from clover2.drafts.methods import MethodSpec
 from clover2.errors import Clover2Error
 from clover2.files import atomic_path, stable_hash, write_csv, write_json
 from clover2.load import mark, other_share
 from clover2.measure.acceptance import replayed_steps
 from clover2.measure.bench import Method, checked_cost_curves, interleaved, make_method
 from clover2.measure.fit import FitConfig, calibrate, calibration_records, fit
-from clover2.measure.methods import MethodSpec
 from clover2.measure.provenance import environment, machine
 from clover2.research.design import Run, SpeedConfig, chosen_lr, seed_runs
 from clover2.research.verdicts import Cell, bootstrap, compare, holm, secondary_verdict

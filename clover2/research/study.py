@@ -35,11 +35,11 @@ from clover2.decoding.decode import DecodeConfig
 from clover2.decoding.prompts import first_turn_ids
 from clover2.decoding.target import Target
 from clover2.drafts.checkpoint import SIDECAR, load_draft
+from clover2.drafts.methods import MethodSpec
 from clover2.errors import Clover2Error
 from clover2.files import atomic_path, jsonable, same_config, stable_hash, write_json, write_text
 from clover2.measure.acceptance import layers_read, references, replayed_steps, tau_table
 from clover2.measure.bench import run_bench
-from clover2.measure.methods import MethodSpec
 from clover2.measure.provenance import code_version, commit, machine
 from clover2.paths import cache_root, results_root
 from clover2.profiles import Profile, load_profile

@@ -22,9 +22,9 @@ import pandas as pd
 from scipy.optimize import curve_fit
 from scipy.stats import norm
 
+from clover2.drafts.methods import parse_tree
 from clover2.errors import Clover2Error
 from clover2.files import stable_hash
-from clover2.measure.methods import parse_tree
 from clover2.research.design import ELSEWHERE, DesignConfig, chosen_lr, run_lr
 from clover2.research.paper import PAPER_ANSWER_TOKENS, clover2_over_eagle1
 from clover2.research.paper import tau as paper_tau

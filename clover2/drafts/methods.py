@@ -30,13 +30,12 @@ from clover2.decoding.suffix import SuffixCache
 from clover2.decoding.target import Target
 from clover2.decoding.token_recycling import TokenRecycling
 from clover2.decoding.tree import Tree, preset
-from clover2.decoding.union import Union
+from clover2.decoding.union import Union, copy_drafters
 from clover2.drafts import ARCHITECTURES
 from clover2.drafts.base import DraftModel
 from clover2.drafts.checkpoint import load_draft
 from clover2.drafts.drafter import DynamicTree, ModelDrafter
 from clover2.errors import Clover2Error
-from clover2.measure.fit import Fitted, copy_drafters
 
 BASELINES: dict[str, type[Drafter]] = {"ar": NoDrafter, "pld": PromptLookupDrafter}  # drafters without a model
 HF_METHODS = ("hf", "hf-pld")  # Hugging Face generate, for reference
@@ -135,7 +134,8 @@ def drafter_factory(spec: MethodSpec, target: Target, *, draft: DraftModel | Non
                     tree: Tree | DynamicTree | None = None,
                     sampling: SamplingConfig = SamplingConfig()) -> Callable[[], Drafter]:
     """A function making a fresh drafter per generation. Draft methods use `draft` (else the one in
-    `spec.draft`) with `tree` (else the spec's tree, which must not be `fitted`: see `fitted_factory`)."""
+    `spec.draft`) with `tree` (else the spec's tree, which must not be `fitted`: the benchmark fits
+    it, `clover2.measure.fit.fitted_factory`)."""
     if spec.name in BASELINES:
         return BASELINES[spec.name]
     if spec.name == "suffix":
@@ -147,24 +147,11 @@ def drafter_factory(spec: MethodSpec, target: Target, *, draft: DraftModel | Non
     if tree is None and spec.tree == "fitted":
         raise Clover2Error("a fitted tree is chosen by the benchmark (clover2 bench), not given by name")
     model = draft if draft is not None else load_draft_for(spec, target)
-    return _combined(spec, model, tree if tree is not None else parse_tree(spec.tree), None, sampling)
+    return drafters_for(spec, model, tree if tree is not None else parse_tree(spec.tree), None, sampling)
 
 
-def fitted_factory(spec: MethodSpec, model: DraftModel, fitted: Fitted | None,
-                   sampling: SamplingConfig = SamplingConfig()) -> Callable[[], Drafter]:
-    """The drafters of a `@fitted` method: the draft's fitted tree (and, for a union, the copy
-    sources' fitted budgets); where nothing was predicted to pay, plain decoding (the copy source
-    alone for a hybrid such as `pld+ARCH`, still a one-source `Union`, which counts what it proposed)."""
-    if fitted is None and spec.name in HYBRIDS:
-        suffix, copy = SuffixCache(), HYBRIDS[spec.name]  # as `suffix`, it remembers earlier generations
-        return lambda: Union({copy: copy_drafters(suffix)[copy]}, one_source=True)
-    if fitted is None:
-        return NoDrafter
-    return _combined(spec, model, fitted.tree, dict(fitted.copy), sampling)
-
-
-def _combined(spec: MethodSpec, model: DraftModel, tree: Tree | DynamicTree | None, copy_budgets: dict[str, int] | None,
-              sampling: SamplingConfig) -> Callable[[], Drafter]:
+def drafters_for(spec: MethodSpec, model: DraftModel, tree: Tree | DynamicTree | None,
+                 copy_budgets: dict[str, int] | None, sampling: SamplingConfig) -> Callable[[], Drafter]:
     """The draft alone, a copy source then the draft (a hybrid), or the union of the copy drafters and the draft
     (`tree` None: the draft proposes nothing; `copy_budgets`: the copy sources used and their node
     budgets, the others left out; None: every copy source with all its nodes)."""
