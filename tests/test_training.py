@@ -105,16 +105,16 @@ def test_training_lowers_the_held_out_loss(target, data, tmp_path, arch):
 def test_interrupted_training_resumes_to_the_same_weights(target, data, tmp_path, monkeypatch):
     dc = DraftConfig(num_heads=3, draft_vocab=48)
     train(target, data, tmp_path / "straight", dc, CFG)
-    real_save = train_mod._save_state
+    real_save = train_mod._Run.save_state
 
     def save_then_die(*args, **kwargs):
         real_save(*args, **kwargs)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(train_mod, "_save_state", save_then_die)
+    monkeypatch.setattr(train_mod._Run, "save_state", save_then_die)
     with pytest.raises(KeyboardInterrupt):
         train(target, data, tmp_path / "resumed", dc, CFG)
-    monkeypatch.setattr(train_mod, "_save_state", real_save)
+    monkeypatch.setattr(train_mod._Run, "save_state", real_save)
     train(target, data, tmp_path / "resumed", dc, CFG)
     a = load_file(tmp_path / "straight" / "draft.safetensors")
     b = load_file(tmp_path / "resumed" / "draft.safetensors")
@@ -128,16 +128,16 @@ def test_checkpoints_between_evaluations_change_nothing_and_resume_exactly(targe
     it, and a run killed right after such a checkpoint resumes from it to the same weights."""
     dc, cfg = DraftConfig(num_heads=3, draft_vocab=48), replace(CFG, max_steps=12, eval_every=12, checkpoint_every=5)
     train(target, data, tmp_path / "plain", dc, replace(cfg, checkpoint_every=0))
-    real_save = train_mod._save_state
+    real_save = train_mod._Run.save_state
     saved = []
 
-    def save_then_die(path, model, opt, sched, state, *args):
-        real_save(path, model, opt, sched, state, *args)
+    def save_then_die(run, path, state, best):
+        real_save(run, path, state, best)
         saved.append(state["step"])
         if state["step"] == 5:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(train_mod, "_save_state", save_then_die)
+    monkeypatch.setattr(train_mod._Run, "save_state", save_then_die)
     with pytest.raises(KeyboardInterrupt):
         train(target, data, tmp_path / "cut", dc, cfg)
     train(target, data, tmp_path / "cut", dc, cfg)

@@ -64,15 +64,6 @@ class TrainConfig:
     # bf16 step is many times slower; the README has the measurements)
     autocast_bf16: bool | str = False
     keep_best: bool = False  # the saved draft is the one with the lowest held-out loss, not the last
-    # steps at which the draft of that moment is also saved, with its held-out evaluation, into
-    # OUT/snapshots/step_NNNNNN (a loadable draft each): the points of a learning curve
-    snapshots: tuple[int, ...] = ()
-    # steps at which the whole training state (weights, optimizer, schedule, random state) is also
-    # kept, in OUT/states/step_NNNNNN.pt: a later run with another budget starts from it (`start_from`)
-    states: tuple[int, ...] = ()
-    # the share of the training sequences trained on: a fixed subset (the same for every seed and
-    # architecture), to vary the unique data at equal steps (1: all of them)
-    data_share: float = 1.0
     # drop answer tokens outside the target's top-k from the training loss (what the official code's
     # unused --label_mask option intends); held-out evaluation always counts every answer token
     label_mask: bool = False
@@ -90,6 +81,17 @@ class TrainConfig:
     # their own states, so k there is how many of them train; Medusa's heads are its depths: at most num_heads)
     ttt_steps: int = 0
     seed: int = 0
+
+    # -- What the research studies vary, or keep on the way; training one draft leaves them be. -------
+    # steps at which the draft of that moment is also saved, with its held-out evaluation, into
+    # OUT/snapshots/step_NNNNNN (a loadable draft each): the points of a learning curve
+    snapshots: tuple[int, ...] = ()
+    # steps at which the whole training state (weights, optimizer, schedule, random state) is also
+    # kept, in OUT/states/step_NNNNNN.pt: a later run with another budget starts from it (`start_from`)
+    states: tuple[int, ...] = ()
+    # the share of the training sequences trained on: a fixed subset (the same for every seed and
+    # architecture), to vary the unique data at equal steps (1: all of them)
+    data_share: float = 1.0
 
     def __post_init__(self):
         if self.lr <= 0 or self.batch_size < 1 or self.max_len < 8 or self.eval_every < 1 or self.checkpoint_every < 0:
@@ -166,151 +168,224 @@ def train(target: Target, data_dir: Path | Sequence[Path], out: Path, draft_conf
     `out` holds no state of its own yet; that run must have trained exactly as this one would up to
     there (`TrainConfig.same_run_until`): a shorter budget branching off a warmup-stable-decay run
     before its decay is the run that would have ended there, decay included."""
-    rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
-    if config.batch_size % world:
-        raise Clover2Error(f"batch_size {config.batch_size} is not divisible by {world} ranks")
-    data = DistillData(*([data_dir] if isinstance(data_dir, (str, Path)) else data_dir))
-    eval_data = data if eval_dir is None else DistillData(eval_dir)
-    for d in (data, eval_data):
-        d.check_target(target)
-    if eval_dir is None:
-        train_idx, eval_idx = data.split(config.held_out)
-    else:
-        train_idx, eval_idx = list(range(len(data.sequences))), list(range(len(eval_data.sequences)))
-    train_idx = [i for i in train_idx if data.source[i] in config.sources]
-    if config.data_share < 1:  # a subset fixed by the data alone: the same for every seed and draft
-        keep = np.random.default_rng(0).permutation(len(train_idx))[:max(1, round(config.data_share * len(train_idx)))]
-        train_idx = [train_idx[i] for i in sorted(keep)]
-    V = target.config.get_text_config().vocab_size
-    d2t = None
-    if draft_config.draft_vocab:
-        d2t = torch.from_numpy(ranked_tokens(data, V, train_idx)[: draft_config.draft_vocab].copy())
-    torch.manual_seed(config.seed)
-    model = build_draft(draft_config, target, d2t=d2t)
-    heads, fused = _trained(model, config)
-    model.check_steps(heads)
-    for d in (data, eval_data):
-        d.check_states(model.hidden_layers)
-    model.adapt_to(torch.from_numpy(np.asarray(data.shards[0]["hidden"][:4096], dtype=np.float32)))
-    t2d = torch.full((V,), -1, dtype=torch.long)
-    t2d[model.d2t] = torch.arange(len(model.d2t))
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=config.lr, betas=config.betas, weight_decay=config.weight_decay)
-    epoch_idx = epoch_sequences(train_idx, data.source, config.self_weight)
-    lengths = [min(b - a, config.max_len) for _, a, b in data.sequences]
-    order = None  # (epoch, its batching order)
-    first_order = epoch_order(epoch_idx, lengths, config, 0)
-    steps_per_epoch = len(first_order) // config.batch_size
-    if steps_per_epoch < 1:
-        raise Clover2Error(f"only {len(epoch_idx)} training sequences for a batch of {config.batch_size}")
-    total = config.epochs * steps_per_epoch
-    total = min(total, config.max_steps) if config.max_steps else total
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: config.lr_factor(s, total))
-    state = {"step": 0, "seconds": 0.0, "tokens": 0, "bf16": config.autocast_bf16}
-    best: dict = {"loss": math.inf}  # the best held-out evaluation so far, with its weights (keep_best)
-    ckpt = out / "checkpoint"
-    if (ckpt / "state.pt").exists() or start_from is not None:
-        own = (ckpt / "state.pt").exists()
-        saved = _load_state(ckpt / "state.pt" if own else Path(start_from))
-        if not same_config(saved["draft_config"], draft_config) or (
-                own and not same_config(saved["train_config"], config)):
-            raise Clover2Error(f"{ckpt if own else start_from} was written with other settings; "
-                               "use another --out or the same settings")
-        if not own and not TrainConfig(**_tuples(saved["train_config"])).same_run_until(
-                config, saved["state"]["step"], saved["total"], total):
-            raise Clover2Error(f"{start_from}: the run that kept this state trained otherwise than this one would "
-                               f"over its first {saved['state']['step']} steps (other settings, or a learning-rate "
-                               "schedule that already differs there); start this run from scratch")
-        _load_trained(model, saved["model"])
-        opt.load_state_dict(saved["optimizer"])
-        sched.load_state_dict(saved["scheduler"])  # its step count; the rates follow this run's own budget:
-        for group, base in zip(opt.param_groups, sched.base_lrs):  # from the very next step on
-            group["lr"] = base * config.lr_factor(sched.last_epoch, total)
-        torch.set_rng_state(saved["rng"])
-        state = {"bf16": config.autocast_bf16} | saved["state"]
-        best = saved["best"] if own else {"loss": math.inf}
-    ddp = torch.nn.parallel.DistributedDataParallel(model) if world > 1 else model
-    log = out / "metrics.jsonl"
-    provenance = {"data_hash": data.hash, "eval_data_hash": eval_data.hash, "train_config": asdict(config)}
-    bar = tqdm(total=total, initial=state["step"], desc=f"train {draft_config.arch}", unit="step", disable=rank != 0)
+    run = _Run.setup(target, data_dir, out, draft_config, config, eval_dir)
+    state, best = run.resume(start_from)
+    run.ddp = torch.nn.parallel.DistributedDataParallel(run.model) if run.world > 1 else run.model
+    bar = tqdm(total=run.total, initial=state["step"], desc=f"train {draft_config.arch}", unit="step",
+               disable=run.rank != 0)
     metrics: dict = {}
     if state["bf16"] == "auto":  # chosen once per run, by timing: a resumed run keeps the choice
-        first = first_order[:config.batch_size // world].tolist()  # a batch as trained
-        state["bf16"], timing = _bf16_faster(ddp, model,
-                                             data.batch(first, max_len=config.max_len, t2d=t2d, fused=fused),
-                                             draft_config, target.device, heads)
-        if rank == 0:
-            _append_jsonl(log, {"step": state["step"], "autocast_bf16": state["bf16"], **timing})
+        state["bf16"] = run.bf16_choice()
     with _sigterm_sets_event() as stop:
-        while state["step"] < total:
-            step = state["step"]
-            epoch, k = divmod(step, steps_per_epoch)
-            if order is None or order[0] != epoch:
-                order = (epoch, epoch_order(epoch_idx, lengths, config, epoch))
-            glob = order[1][k * config.batch_size:(k + 1) * config.batch_size].tolist()
-            local = glob[rank * len(glob) // world:(rank + 1) * len(glob) // world]
-            start = time.perf_counter()
-            batch = data.batch(local, max_len=config.max_len, t2d=t2d, label_mask=config.label_mask, fused=fused)
-            counts = head_counts(batch, heads)
-            if world > 1:
-                dist.all_reduce(counts)
-            model.train()
-            loss, metrics = _forward(ddp, model, batch, draft_config, target.device, state["bf16"], heads,
-                                     denominator=counts.clamp(min=1).to(target.device))
-            if world > 1:  # log the global loss, not this rank's share of it
-                global_loss = loss.detach().clone()
-                dist.all_reduce(global_loss)
-                metrics["loss"] = global_loss.item()
-            opt.zero_grad(set_to_none=True)
-            (loss * world).backward()  # DDP averages over ranks; the loss is already a global mean
-            torch.nn.utils.clip_grad_value_(params, config.clip_value)
-            opt.step()
-            sched.step()
-            elapsed = torch.tensor([time.perf_counter() - start])
-            if world > 1:
-                dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
-            state = {"step": step + 1, "seconds": state["seconds"] + float(elapsed), "bf16": state["bf16"],
-                     "tokens": state["tokens"] + int(batch.mask.sum()) * world}
+        while state["step"] < run.total:
+            epoch = state["step"] // run.steps_per_epoch
+            state, metrics = run.step(state)
             bar.update(1)
             bar.set_postfix(loss=f"{metrics['loss']:.3f}", top1=f"{metrics.get('head0_top1', 0):.2f}")
-            done = state["step"] >= total or (config.max_minutes and state["seconds"] >= 60 * config.max_minutes)
-            if done or state["step"] % config.eval_every == 0 or state["step"] in config.snapshots:
-                ev = evaluate(model, eval_data, eval_idx, t2d, config, target.device)
-                if config.keep_best and ev["loss"] < best["loss"]:
-                    best = {"loss": ev["loss"], "step": state["step"], "eval": ev,
-                            "model": {k: v.detach().clone() for k, v in model.state_dict().items()}}
-                if rank == 0:
-                    _append_jsonl(log, {"step": state["step"], "epoch": epoch, "lr": sched.get_last_lr()[0],
-                                        "train_seconds": round(state["seconds"], 2), "tokens": state["tokens"],
-                                        "tokens_per_s": round(state["tokens"] / max(state["seconds"], 1e-9), 1),
-                                        **{f"train_{k}": v for k, v in metrics.items()},
-                                        **{f"eval_{k}": v for k, v in ev.items()}})
-                    if state["step"] in config.snapshots:
-                        save_draft(out / "snapshots" / f"step_{state['step']:06d}", model, target, draft_config,
-                                   extra=provenance | {"train_state": state, "eval": ev})
-                    _save_state(ckpt / "state.pt", model, opt, sched, state, draft_config, config, best, total)
-                metrics = ev
-            elif rank == 0 and config.checkpoint_every and state["step"] % config.checkpoint_every == 0:
-                _save_state(ckpt / "state.pt", model, opt, sched, state, draft_config, config, best, total)
-            if rank == 0 and state["step"] in config.states:
-                _save_state(out / "states" / f"step_{state['step']:06d}.pt", model, opt, sched, state, draft_config,
-                            config, {"loss": math.inf}, total)
+            done = state["step"] >= run.total or (config.max_minutes and state["seconds"] >= 60 * config.max_minutes)
+            metrics, best = run.evaluate_and_save(state, epoch, metrics, best, evaluate_now=done)
             if done:
                 break
             if stop.is_set():  # SIGTERM (`timeout`, a scheduler): keep this step, then stop resumably
-                if rank == 0:
-                    _save_state(ckpt / "state.pt", model, opt, sched, state, draft_config, config, best, total)
-                raise Clover2Error(f"training stopped by SIGTERM after step {state['step']}; its state is in {ckpt}: "
-                                   "run the same command again to resume")
+                if run.rank == 0:
+                    run.save_state(run.checkpoint, state, best)
+                raise Clover2Error(f"training stopped by SIGTERM after step {state['step']}; its state is in "
+                                   f"{run.checkpoint.parent}: run the same command again to resume")
     bar.close()
     if config.keep_best and "model" in best:  # the weights of the best held-out evaluation
-        model.load_state_dict(best["model"])
+        run.model.load_state_dict(best["model"])
         metrics = best["eval"]
-    if rank == 0:
-        save_draft(out, model, target, draft_config,
-                   extra=provenance | {"train_state": state, "eval": metrics,
-                                       "best_step": best.get("step", state["step"])})
+    if run.rank == 0:
+        save_draft(out, run.model, target, draft_config,
+                   extra=run.provenance | {"train_state": state, "eval": metrics,
+                                           "best_step": best.get("step", state["step"])})
     return metrics
+
+
+@dataclass
+class _Run:
+    """One training run: its data and their split, the draft, its optimizer and schedule, and the four
+    things done with them (resume, step, evaluate and save, keep a state)."""
+
+    target: Target
+    out: Path
+    draft_config: DraftConfig
+    config: TrainConfig
+    data: DistillData
+    eval_data: DistillData
+    eval_idx: list[int]
+    model: DraftModel
+    params: list[torch.nn.Parameter]
+    opt: torch.optim.Optimizer
+    sched: torch.optim.lr_scheduler.LambdaLR
+    t2d: torch.Tensor  # target id -> draft id (-1: outside the draft vocabulary)
+    heads: int  # the heads trained
+    fused: bool  # do the batches carry the fused target states (EAGLE-3)?
+    epoch_idx: list[int]  # one epoch's sequences (the target's own answers `self_weight` times)
+    lengths: list[int]
+    steps_per_epoch: int
+    total: int  # the run's length in steps
+    rank: int
+    world: int
+    ddp: torch.nn.Module | None = None  # the model as trained (DistributedDataParallel with several ranks)
+    order: tuple[int, np.ndarray] | None = None  # (epoch, its batching order)
+
+    @classmethod
+    def setup(cls, target: Target, data_dir, out: Path, draft_config: DraftConfig, config: TrainConfig,
+              eval_dir: Path | None) -> _Run:
+        rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
+        if config.batch_size % world:
+            raise Clover2Error(f"batch_size {config.batch_size} is not divisible by {world} ranks")
+        data = DistillData(*([data_dir] if isinstance(data_dir, (str, Path)) else data_dir))
+        eval_data = data if eval_dir is None else DistillData(eval_dir)
+        for d in (data, eval_data):
+            d.check_target(target)
+        if eval_dir is None:
+            train_idx, eval_idx = data.split(config.held_out)
+        else:
+            train_idx, eval_idx = list(range(len(data.sequences))), list(range(len(eval_data.sequences)))
+        train_idx = [i for i in train_idx if data.source[i] in config.sources]
+        if config.data_share < 1:  # a subset fixed by the data alone: the same for every seed and draft
+            share = max(1, round(config.data_share * len(train_idx)))
+            train_idx = [train_idx[i] for i in sorted(np.random.default_rng(0).permutation(len(train_idx))[:share])]
+        V = target.config.get_text_config().vocab_size
+        d2t = None
+        if draft_config.draft_vocab:
+            d2t = torch.from_numpy(ranked_tokens(data, V, train_idx)[: draft_config.draft_vocab].copy())
+        torch.manual_seed(config.seed)
+        model = build_draft(draft_config, target, d2t=d2t)
+        heads, fused = _trained(model, config)
+        model.check_steps(heads)
+        for d in (data, eval_data):
+            d.check_states(model.hidden_layers)
+        model.adapt_to(torch.from_numpy(np.asarray(data.shards[0]["hidden"][:4096], dtype=np.float32)))
+        t2d = torch.full((V,), -1, dtype=torch.long)
+        t2d[model.d2t] = torch.arange(len(model.d2t))
+        params = [p for p in model.parameters() if p.requires_grad]
+        opt = torch.optim.AdamW(params, lr=config.lr, betas=config.betas, weight_decay=config.weight_decay)
+        epoch_idx = epoch_sequences(train_idx, data.source, config.self_weight)
+        lengths = [min(b - a, config.max_len) for _, a, b in data.sequences]
+        steps_per_epoch = len(epoch_order(epoch_idx, lengths, config, 0)) // config.batch_size
+        if steps_per_epoch < 1:
+            raise Clover2Error(f"only {len(epoch_idx)} training sequences for a batch of {config.batch_size}")
+        total = config.epochs * steps_per_epoch
+        total = min(total, config.max_steps) if config.max_steps else total
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: config.lr_factor(s, total))
+        return cls(target, out, draft_config, config, data, eval_data, eval_idx, model, params, opt, sched, t2d,
+                   heads, fused, epoch_idx, lengths, steps_per_epoch, total, rank, world)
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.out / "checkpoint" / "state.pt"
+
+    @property
+    def provenance(self) -> dict:
+        return {"data_hash": self.data.hash, "eval_data_hash": self.eval_data.hash, "train_config": asdict(self.config)}
+
+    def resume(self, start_from: Path | None) -> tuple[dict, dict]:
+        """The state to go on from (this run's own checkpoint, or `start_from`'s kept state, or the
+        start) and the best held-out evaluation so far (with its weights, for `keep_best`)."""
+        config, own = self.config, self.checkpoint.exists()
+        state = {"step": 0, "seconds": 0.0, "tokens": 0, "bf16": config.autocast_bf16}
+        if not own and start_from is None:
+            return state, {"loss": math.inf}
+        saved = _load_state(self.checkpoint if own else Path(start_from))
+        if not same_config(saved["draft_config"], self.draft_config) or (
+                own and not same_config(saved["train_config"], config)):
+            raise Clover2Error(f"{self.checkpoint.parent if own else start_from} was written with other settings; "
+                               "use another --out or the same settings")
+        if not own and not TrainConfig(**_tuples(saved["train_config"])).same_run_until(
+                config, saved["state"]["step"], saved["total"], self.total):
+            raise Clover2Error(f"{start_from}: the run that kept this state trained otherwise than this one would "
+                               f"over its first {saved['state']['step']} steps (other settings, or a learning-rate "
+                               "schedule that already differs there); start this run from scratch")
+        _load_trained(self.model, saved["model"])
+        self.opt.load_state_dict(saved["optimizer"])
+        self.sched.load_state_dict(saved["scheduler"])  # its step count; the rates follow this run's own budget:
+        for group, base in zip(self.opt.param_groups, self.sched.base_lrs):  # from the very next step on
+            group["lr"] = base * config.lr_factor(self.sched.last_epoch, self.total)
+        torch.set_rng_state(saved["rng"])
+        return {"bf16": config.autocast_bf16} | saved["state"], saved["best"] if own else {"loss": math.inf}
+
+    def bf16_choice(self) -> bool:
+        """Whether bf16 autocast trains faster here, timed on the first batch as trained (and logged)."""
+        config = self.config
+        first = epoch_order(self.epoch_idx, self.lengths, config, 0)[:config.batch_size // self.world].tolist()
+        batch = self.data.batch(first, max_len=config.max_len, t2d=self.t2d, fused=self.fused)
+        choice, timing = _bf16_faster(self.ddp, self.model, batch, self.draft_config, self.target.device, self.heads)
+        if self.rank == 0:
+            _append_jsonl(self.out / "metrics.jsonl", {"step": 0, "autocast_bf16": choice, **timing})
+        return choice
+
+    def step(self, state: dict) -> tuple[dict, dict]:
+        """One optimizer step on this rank's slice of the next global batch: the new state, the metrics."""
+        config, world, step = self.config, self.world, state["step"]
+        epoch, k = divmod(step, self.steps_per_epoch)
+        if self.order is None or self.order[0] != epoch:
+            self.order = (epoch, epoch_order(self.epoch_idx, self.lengths, config, epoch))
+        glob = self.order[1][k * config.batch_size:(k + 1) * config.batch_size].tolist()
+        local = glob[self.rank * len(glob) // world:(self.rank + 1) * len(glob) // world]
+        start = time.perf_counter()
+        batch = self.data.batch(local, max_len=config.max_len, t2d=self.t2d, label_mask=config.label_mask,
+                                fused=self.fused)
+        counts = head_counts(batch, self.heads)
+        if world > 1:
+            dist.all_reduce(counts)
+        self.model.train()
+        loss, metrics = _forward(self.ddp, self.model, batch, self.draft_config, self.target.device, state["bf16"],
+                                 self.heads, denominator=counts.clamp(min=1).to(self.target.device))
+        if world > 1:  # log the global loss, not this rank's share of it
+            global_loss = loss.detach().clone()
+            dist.all_reduce(global_loss)
+            metrics["loss"] = global_loss.item()
+        self.opt.zero_grad(set_to_none=True)
+        (loss * world).backward()  # DDP averages over ranks; the loss is already a global mean
+        torch.nn.utils.clip_grad_value_(self.params, config.clip_value)
+        self.opt.step()
+        self.sched.step()
+        elapsed = torch.tensor([time.perf_counter() - start])
+        if world > 1:
+            dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
+        return {"step": step + 1, "seconds": state["seconds"] + float(elapsed), "bf16": state["bf16"],
+                "tokens": state["tokens"] + int(batch.mask.sum()) * world}, metrics
+
+    def evaluate_and_save(self, state: dict, epoch: int, metrics: dict, best: dict, *,
+                          evaluate_now: bool) -> tuple[dict, dict]:
+        """After a step: at evaluation steps (every `eval_every`, each snapshot, and `evaluate_now`) the
+        held-out evaluation, logged, with a checkpoint (and a snapshot's draft); further checkpoints
+        and kept states where the config asks. Returns the latest metrics and the best evaluation."""
+        config, step = self.config, state["step"]
+        if evaluate_now or step % config.eval_every == 0 or step in config.snapshots:
+            ev = evaluate(self.model, self.eval_data, self.eval_idx, self.t2d, config, self.target.device)
+            if config.keep_best and ev["loss"] < best["loss"]:
+                best = {"loss": ev["loss"], "step": step, "eval": ev,
+                        "model": {k: v.detach().clone() for k, v in self.model.state_dict().items()}}
+            if self.rank == 0:
+                _append_jsonl(self.out / "metrics.jsonl", {
+                    "step": step, "epoch": epoch, "lr": self.sched.get_last_lr()[0],
+                    "train_seconds": round(state["seconds"], 2), "tokens": state["tokens"],
+                    "tokens_per_s": round(state["tokens"] / max(state["seconds"], 1e-9), 1),
+                    **{f"train_{k}": v for k, v in metrics.items()}, **{f"eval_{k}": v for k, v in ev.items()}})
+                if step in config.snapshots:
+                    save_draft(self.out / "snapshots" / f"step_{step:06d}", self.model, self.target, self.draft_config,
+                               extra=self.provenance | {"train_state": state, "eval": ev})
+                self.save_state(self.checkpoint, state, best)
+            metrics = ev
+        elif self.rank == 0 and config.checkpoint_every and step % config.checkpoint_every == 0:
+            self.save_state(self.checkpoint, state, best)
+        if self.rank == 0 and step in config.states:
+            self.save_state(self.out / "states" / f"step_{step:06d}.pt", state, {"loss": math.inf})
+        return metrics, best
+
+    def save_state(self, path: Path, state: dict, best: dict) -> None:
+        """The resumable training state (with the best evaluation so far, and the run's length in steps),
+        replaced atomically. The weights borrowed from the target are left out: the draft gets them again
+        from the target when it is built."""
+        trained = {k: v for k, v in self.model.state_dict().items() if not k.startswith(BORROWED)}
+        with atomic_path(path) as tmp:
+            torch.save({"model": trained, "optimizer": self.opt.state_dict(), "scheduler": self.sched.state_dict(),
+                        "rng": torch.get_rng_state(), "state": state, "draft_config": asdict(self.draft_config),
+                        "train_config": asdict(self.config), "best": best, "total": self.total}, tmp)
 
 
 def _trained(model: DraftModel, config: TrainConfig) -> tuple[int, bool]:
@@ -422,19 +497,8 @@ def _to(batch: Batch, device) -> Batch:
     return Batch(**{f: getattr(batch, f).to(device) for f in batch.__dataclass_fields__})
 
 
-def _save_state(path: Path, model, opt, sched, state, draft_config, config, best, total: int) -> None:
-    """The resumable training state (with the best evaluation so far, and the run's length in steps),
-    replaced atomically. The weights borrowed from the target are left out: the draft gets them again
-    from the target when it is built."""
-    trained = {k: v for k, v in model.state_dict().items() if not k.startswith(BORROWED)}
-    with atomic_path(path) as tmp:
-        torch.save({"model": trained, "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
-                    "rng": torch.get_rng_state(), "state": state, "draft_config": asdict(draft_config),
-                    "train_config": asdict(config), "best": best, "total": total}, tmp)
-
-
 def _load_state(path: Path) -> dict:
-    """A state `_save_state` wrote, or a clear error for a file that is not one."""
+    """A state `_Run.save_state` wrote, or a clear error for a file that is not one."""
     try:
         saved = torch.load(path, weights_only=False)
         _ = saved["model"], saved["optimizer"], saved["state"]["step"], saved["train_config"], saved["total"]
