@@ -362,7 +362,7 @@ def _coverage(args):
          arg("-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
              help="an extra notebook parameter (YAML value), e.g. -p target /models/vicuna-7b"),
          arg("--dry-run", action="store_true",
-             help="the profile's study at the smoke profile's sizes, in fp32 on the CPU, into RESULTS/<profile>-dry"))
+             help="the profile's whole run at the smoke profile's sizes, in fp32 on the CPU, into RESULTS/<profile>-dry"))
 def _notebooks(args):
     import yaml
 
@@ -389,10 +389,10 @@ def _study(args):
     from clover2.files import write_csv
     from clover2.measure.provenance import commit, machine
     from clover2.research.design import Experiment
-    from clover2.research.study import Study
+    from clover2.research.lab import Lab
 
     # stock kernels: the study's replays give the same tokens on every machine and session it spans
-    experiment = Experiment(Study.open(args.profile, results=args.results / args.profile if args.results else None,
+    experiment = Experiment(Lab.open(args.profile, results=args.results / args.profile if args.results else None,
                                        kernels="stock"))
     if args.action == "run":
         experiment.run()
@@ -413,7 +413,7 @@ def _study(args):
         from clover2.research.study_report import write_report
 
         write_report(experiment)
-        print(experiment.study.results / "README.md")
+        print(experiment.lab.results / "README.md")
         return
     table = experiment.status()
     print(table.to_string(index=False))

@@ -6,7 +6,7 @@ a checkout points there); any other YAML path works too. With no name given, the
 
 A profile has the sections `data` (DataConfig), `train` (TrainConfig), `draft` (DraftConfig
 fields applied on top of each architecture's own recipe) and `bench` (BenchConfig, with its `fit`
-subsection), `study` (StudyConfig: the notebooks' variants) and `design` (the designed study's arms,
+subsection), `lab` (LabConfig: the notebooks' variants) and `design` (the designed study's arms,
 budgets and evaluation: kept as its YAML mapping here and parsed where it is used,
 `clover2.research.design.DesignConfig.of`, so that nothing below the research layer needs it), plus
 `target`, `dtype` and `device`.
@@ -49,8 +49,8 @@ def known_profiles() -> list[str]:
 
 
 @dataclass(frozen=True)
-class StudyConfig:
-    """What the notebooks train and measure beyond the benchmark (names from clover2.research.study.VARIANTS)."""
+class LabConfig:
+    """What the notebooks train and measure beyond the benchmark (names from clover2.research.lab.VARIANTS)."""
 
     distillation: tuple[str, ...] = ("clover2", "clover2-hard-labels", "clover2-no-regression", "clover2-no-decay")
     ablations: tuple[str, ...] = ("medusa", "eagle1", "eagle3", "clover1", "clover2", "clover2-extraction-after",
@@ -68,12 +68,12 @@ class StudyConfig:
 
     def __post_init__(self):
         if min(self.ablation_n_per_task, self.ablation_max_new_tokens) < 1:
-            raise Clover2Error(f"study config: ablation_n_per_task and ablation_max_new_tokens must be >= 1: {self}")
+            raise Clover2Error(f"lab config: ablation_n_per_task and ablation_max_new_tokens must be >= 1: {self}")
         if not self.seeds or self.seeds[0] != 0 or len(set(self.seeds)) != len(self.seeds) or min(self.seeds) < 0:
-            raise Clover2Error(f"study config: seeds must start with 0 (the profile's own) and be distinct and >= 0: "
+            raise Clover2Error(f"lab config: seeds must start with 0 (the profile's own) and be distinct and >= 0: "
                                f"{self.seeds}")
         if self.engine not in ENGINES:
-            raise Clover2Error(f"study config: engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
+            raise Clover2Error(f"lab config: engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
 
 
 @dataclass(frozen=True)
@@ -86,9 +86,9 @@ class Profile:
     train: TrainConfig  # shared by every architecture
     draft: dict  # DraftConfig overrides shared by every architecture
     bench: BenchConfig
-    study: StudyConfig
+    lab: LabConfig
     own: dict = field(default_factory=dict)  # {arch: {"train": {...}, "draft": {...}}}: one architecture's own settings
-    # the designed study's section as written (profile `study`): `DesignConfig.of` parses it in the research layer
+    # the designed study's section as written: `DesignConfig.of` parses it in the research layer
     design: dict = field(default_factory=dict)
     chat_template: str | None = None  # for a tokenizer that ships none: "vicuna" or a Jinja file (None: its own)
 
@@ -131,7 +131,7 @@ def profile_yaml(path: Path, seen: tuple[Path, ...] = ()) -> dict:
 
 TOP_LEVEL = ("target", "dtype", "device", "chat_template")
 SECTIONS = {"data": DataConfig, "train": TrainConfig, "draft": DraftConfig, "bench": BenchConfig,
-            "study": StudyConfig, "design": None}  # design: parsed by clover2.research.design, not here
+            "lab": LabConfig, "design": None}  # design: parsed by clover2.research.design, not here
 
 
 def with_settings(raw: dict, settings: Sequence[str]) -> dict:
@@ -198,7 +198,7 @@ def load_profile(name: str | Path | None = None, settings: Sequence[str] = ()) -
         raw[key] = shared
     sections = {key: _section(raw.get(key), cls, f"{where} [{key}]", nested)
                 for key, cls, nested in (("data", DataConfig, {}), ("train", TrainConfig, {}),
-                                         ("bench", BenchConfig, {"fit": FitConfig}), ("study", StudyConfig, {}))}
+                                         ("bench", BenchConfig, {"fit": FitConfig}), ("lab", LabConfig, {}))}
     draft = raw.get("draft") or {}
     _check_keys(draft, {f.name for f in fields(DraftConfig)} - {"arch"}, f"{where} [draft]")
     design = raw.get("design") or {}
@@ -206,7 +206,7 @@ def load_profile(name: str | Path | None = None, settings: Sequence[str] = ()) -
     profile = Profile(name=path.stem, target=str(raw.get("target", DEFAULT_TARGET)),
                       dtype=str(raw.get("dtype", "float32")), device=str(raw.get("device", "cpu")),
                       data=sections["data"], train=sections["train"], draft=draft, bench=sections["bench"],
-                      study=sections["study"], own=own, chat_template=raw.get("chat_template"),
+                      lab=sections["lab"], own=own, chat_template=raw.get("chat_template"),
                       design=design)
     for arch in own:  # every architecture's settings are checked now, not when it is first trained
         profile.draft_config(arch)
@@ -221,12 +221,12 @@ def load_profile(name: str | Path | None = None, settings: Sequence[str] = ()) -
 # its benchmark decodes fewer tokens still (a GPU profile's 60-node trees verify dearly on a CPU).
 DRY_RUN_SIZES = {"data": None, "train": None, "draft": None,  # None: smoke's whole section on top
                  "bench": ("tasks", "n_per_task", "max_new_tokens", "fit"),
-                 "study": ("ablation_n_per_task", "ablation_max_new_tokens", "seeds")}
+                 "lab": ("ablation_n_per_task", "ablation_max_new_tokens", "seeds")}
 DRY_RUN_NEW_TOKENS = 4
 
 
 def dry_run_profile(name: str | Path | None) -> Path:
-    """A YAML profile `<name>-dry`: the profile's study at the smoke profile's sizes, in fp32 on the
+    """A YAML profile `<name>-dry`: the profile's whole run at the smoke profile's sizes, in fp32 on the
     CPU, so that a GPU profile's whole run is checked anywhere in minutes; its drafts decode at the
     precision the profile's own device gives them (`auto` is float off a CPU: no int8 calibration
     the real run would not make). Written under the cache."""
@@ -243,7 +243,7 @@ def dry_run_profile(name: str | Path | None) -> Path:
         raw["bench"]["draft_weights"] = "float"  # what `auto` decodes the drafts in off a CPU, as the real run
     out = cache_root() / "profiles" / f"{prof.name}-dry.yaml"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(f"# The dry run of {prof.name}: its study at smoke sizes on a CPU "
+    out.write_text(f"# The dry run of {prof.name}: its whole run at smoke sizes on a CPU "
                    "(clover2.profiles.dry_run_profile)\n"
                    + yaml.safe_dump(raw, sort_keys=False))
     load_profile(out)

@@ -18,7 +18,7 @@ from clover2.drafts.checkpoint import load_draft, probe
 from clover2.errors import Clover2Error
 from clover2.profiles import load_profile
 from clover2.research.design import Arm, DesignConfig, Experiment, chosen_lr, decay_start, dev_measure, grid, plan
-from clover2.research.study import Study
+from clover2.research.lab import Lab
 from clover2.research.verdicts import analyze, page
 
 DESIGN = DesignConfig(arms={"c2": Arm("clover2", lrs=(1e-3, 3e-3), seeds=2),
@@ -121,8 +121,8 @@ def test_the_dev_measure_is_the_chain_length_of_the_pooled_head_accuracies():
         dev_measure({"head0_top1": 0.5})
 
 
-class _Study(Study):
-    """A Study whose data is prepared already (fake data, no ShareGPT labelling), for a tiny target."""
+class _Lab(Lab):
+    """A Lab whose data is prepared already (fake data, no ShareGPT labelling), for a tiny target."""
 
     def prepare_data(self, data_dir=None, eval_dir=None):
         assert (data_dir / "meta.json").exists() and (eval_dir / "meta.json").exists()
@@ -136,8 +136,8 @@ def test_a_small_study_trains_records_replays_and_resumes(tmp_path, monkeypatch)
     prof = replace(smoke, name="tiny-study", design=replace(DESIGN, curve=(), half_data=0.0, extend_edge=0, arms={
         k: v for k, v in DESIGN.arms.items() if k != "abl"}, replicate=("e1", 1)),
         train=replace(smoke.train, schedule="wsd", eval_every=100, max_len=32, batch_size=4), draft={"draft_vocab": 48})
-    study = _Study(profile=prof, target=target, results=tmp_path / "results")
-    experiment = Experiment(study)
+    lab = _Lab(profile=prof, target=target, results=tmp_path / "results")
+    experiment = Experiment(lab)
     fake_data(experiment.data_dir, target)
     shutil.copytree(experiment.data_dir, experiment.eval_dir)
     monkeypatch.setattr(Experiment, "prompts", lambda self: [("qa", [1, 2, 3, 4]), ("mt_bench", [5, 6, 7])])
@@ -148,8 +148,8 @@ def test_a_small_study_trains_records_replays_and_resumes(tmp_path, monkeypatch)
     # e1's grid has both main-budget runs: its rate is chosen and its seed 1 is planned; c2's waits
     assert set(status[status.state == "waits for the grid"].arm) == {"c2"} and (status.arm == "e1").sum() == 6
     experiment.run()
-    runs, replays = pd.read_csv(study.results / "runs.csv"), pd.read_csv(study.results / "replays.csv")
-    sitting = pd.read_csv(study.results / "sittings.csv").iloc[-1]  # the study's machine time, sitting by sitting
+    runs, replays = pd.read_csv(lab.results / "runs.csv"), pd.read_csv(lab.results / "replays.csv")
+    sitting = pd.read_csv(lab.results / "sittings.csv").iloc[-1]  # the study's machine time, sitting by sitting
     assert sitting.ended == "finished" and sitting.runs_trained == 9 and sitting.seconds > 0 and sitting.cpu
     # the machine replicate waits for another CPU kind than the one that trained its original (this one)
     state = experiment.status().set_index("run").state
@@ -163,7 +163,7 @@ def test_a_small_study_trains_records_replays_and_resumes(tmp_path, monkeypatch)
     assert len(replays) == 2 * (len(evaluated) + (evaluated.budget == 10).sum())
     assert (runs.epochs > 0).all() and runs.dev.between(1, 3).all() and {"top1_head0", "cpu", "commit"} <= set(runs)
     assert not experiment.next_step()  # nothing left: the study is finished
-    speed = pd.read_csv(study.results / "speed" / "bench.csv")  # the primary pair timed, float, named apart
+    speed = pd.read_csv(lab.results / "speed" / "bench.csv")  # the primary pair timed, float, named apart
     assert (set(speed.method) == {"ar", "clover2@eagle25=c2", "eagle1@eagle25=e1"}
             and set(speed.draft_weights.dropna()) == {"float"})
     branch = runs.set_index("run").loc["c2/lr0.001-s0/b5"]
@@ -193,20 +193,20 @@ def test_a_small_study_trains_records_replays_and_resumes(tmp_path, monkeypatch)
     weights = runs.set_index("run").weights_sha256
     shutil.rmtree(experiment.folder(short.parent) / "states")
     shutil.rmtree(experiment.folder(short))
-    runs[runs.run != short.name].to_csv(study.results / "runs.csv", index=False)
+    runs[runs.run != short.name].to_csv(lab.results / "runs.csv", index=False)
     assert experiment.status().set_index("run").loc[short.name, "steps"] == short.budget  # all of it, not its tail
     experiment.train(short)
-    again = pd.read_csv(study.results / "runs.csv").set_index("run")
+    again = pd.read_csv(lab.results / "runs.csv").set_index("run")
     assert again.loc[short.name, "weights_sha256"] == weights[short.name] and len(again) == len(runs)
     assert again.loc[short.name, "own_steps"] == short.budget
     # a machine without the cache keeps what was published
     shutil.rmtree(experiment.folder(experiment.plan()[0]))
     assert [p.name for p in experiment.publish()] == ["c2", "e1"]
     # on another CPU kind the replicate trains and replays under an arm of its own, which no comparison reads
-    again.reset_index().assign(cpu="another CPU").to_csv(study.results / "runs.csv", index=False)
+    again.reset_index().assign(cpu="another CPU").to_csv(lab.results / "runs.csv", index=False)
     while experiment.next_step():
         pass
-    runs, replays = pd.read_csv(study.results / "runs.csv"), pd.read_csv(study.results / "replays.csv")
+    runs, replays = pd.read_csv(lab.results / "runs.csv"), pd.read_csv(lab.results / "replays.csv")
     twin = runs.set_index("run").loc[twin]
     assert twin.arm == "e1-replicate" and twin.seed == 1 and (replays.arm == "e1-replicate").sum() == 4
     assert analyze(DesignConfig.of(prof), runs, replays, experiment.dev())["verdicts"].equals(tables["verdicts"])
@@ -214,26 +214,26 @@ def test_a_small_study_trains_records_replays_and_resumes(tmp_path, monkeypatch)
 
 def test_a_profile_without_a_design_or_with_another_schedule_is_refused(tmp_path):
     smoke = load_profile("smoke")
-    study = _Study(profile=smoke, target=tiny_target("llama"), results=tmp_path)
+    lab = _Lab(profile=smoke, target=tiny_target("llama"), results=tmp_path)
     with pytest.raises(Clover2Error, match="no design section"):
-        Experiment(study)
+        Experiment(lab)
     with pytest.raises(Clover2Error, match="warmup-stable-decay"):
-        Experiment(replace(study, profile=replace(smoke, design=DESIGN)))
+        Experiment(replace(lab, profile=replace(smoke, design=DESIGN)))
 
 
 def test_the_study_keeps_its_data_and_runs_when_the_code_changes(tmp_path, monkeypatch):
-    import clover2.research.study as study_module
+    import clover2.research.lab as lab_module
 
     monkeypatch.setenv("CLOVER2_CACHE", str(tmp_path / "cache"))
     smoke = load_profile("smoke")
     prof = replace(smoke, train=replace(smoke.train, schedule="wsd"), design=DESIGN)
-    experiment = Experiment(_Study(profile=prof, target=tiny_target("llama"), results=tmp_path))
-    before = (experiment.data_dir, experiment.eval_dir, experiment.root, experiment.study.data_dir)
-    monkeypatch.setattr(study_module, "code_version", lambda *parts: "other code")
-    after = (experiment.data_dir, experiment.eval_dir, experiment.root, experiment.study.data_dir)
+    experiment = Experiment(_Lab(profile=prof, target=tiny_target("llama"), results=tmp_path))
+    before = (experiment.data_dir, experiment.eval_dir, experiment.root, experiment.lab.data_dir)
+    monkeypatch.setattr(lab_module, "code_version", lambda *parts: "other code")
+    after = (experiment.data_dir, experiment.eval_dir, experiment.root, experiment.lab.data_dir)
     assert before[:3] == after[:3] and before[3] != after[3]  # the notebooks' cache moves on; the study's does not
     assert len({p.name.split("-")[0] for p in after[:3]}) == 3
-    other = Experiment(_Study(profile=replace(prof, data=replace(prof.data, tokens=prof.data.tokens + 1)),
+    other = Experiment(_Lab(profile=replace(prof, data=replace(prof.data, tokens=prof.data.tokens + 1)),
                               target=tiny_target("llama"), results=tmp_path))
     assert other.data_dir != experiment.data_dir
 
@@ -245,7 +245,7 @@ def test_a_sitting_stopped_by_sigterm_is_logged(tmp_path, monkeypatch):
     monkeypatch.setenv("CLOVER2_CACHE", str(tmp_path / "cache"))
     smoke = load_profile("smoke")
     prof = replace(smoke, train=replace(smoke.train, schedule="wsd"), design=DESIGN)
-    experiment = Experiment(_Study(profile=prof, target=tiny_target("llama"), results=tmp_path))
+    experiment = Experiment(_Lab(profile=prof, target=tiny_target("llama"), results=tmp_path))
     monkeypatch.setattr(Experiment, "next_step", lambda self: os.kill(os.getpid(), signal.SIGTERM) or True)
     handler = signal.getsignal(signal.SIGTERM)
     with pytest.raises(SystemExit):

@@ -14,8 +14,8 @@ from clover2.drafts import build_draft
 from clover2.drafts.checkpoint import save_draft
 from clover2.drafts.config import DraftConfig
 from clover2.errors import Clover2Error
+from clover2.research.lab import Lab
 from clover2.research.notebooks import NOTEBOOKS, for_the_book, run_notebooks
-from clover2.research.study import Study
 
 SOURCE = Path(__file__).resolve().parents[1] / "notebooks"
 
@@ -35,7 +35,7 @@ def test_unknown_profile_fails_in_the_first_cell_after_the_parameters(tmp_path):
                                    progress_bar=False, kernel_name="python3")
     e = err.value
     assert e.ename == "Clover2Error" and "unknown profile 'no-such-profile'" in e.evalue
-    assert "Study.open" in e.source  # the first code cell after the parameters, before any work
+    assert "Lab.open" in e.source  # the first code cell after the parameters, before any work
 
 
 def test_unknown_notebook_or_profile_is_refused_before_any_runs():
@@ -49,7 +49,7 @@ def test_unknown_notebook_or_profile_is_refused_before_any_runs():
 
 def test_missing_target_path_is_a_clear_error():
     with pytest.raises(Clover2Error, match="not an existing folder"):
-        Study.open("smoke", target="/models/no-such-model")
+        Lab.open("smoke", target="/models/no-such-model")
 
 
 @pytest.mark.slow
@@ -61,7 +61,7 @@ def test_drafts_for_another_target_are_refused_at_open(tmp_path, monkeypatch, sm
     cfg = DraftConfig.for_arch("clover2", num_heads=2)
     save_draft(tmp_path / "clover2", build_draft(cfg, other), other, cfg, extra={})
     with pytest.raises(Clover2Error, match="trained for target"):
-        Study.open("smoke", drafts=tmp_path)
+        Lab.open("smoke", drafts=tmp_path)
 
 
 def test_the_book_copy_names_its_profile_and_hides_the_run_log():

@@ -14,14 +14,14 @@ from transformers import AutoModelForCausalLM, LlamaConfig
 from clover2.decoding.target import load_target, prepare_builtin
 from clover2.errors import Clover2Error
 from clover2.profiles import CONFIG_DIR, load_profile
-from clover2.research.study import VARIANTS, Study
+from clover2.research.lab import VARIANTS, Lab
 from clover2.training.data import prepare_data
 
 
 @pytest.mark.parametrize("name", sorted(p.stem for p in CONFIG_DIR.glob("*.yaml")))
 def test_every_shipped_profile_parses_and_names_known_variants(name):
     profile = load_profile(name)
-    assert set(profile.study.distillation) | set(profile.study.ablations) <= set(VARIANTS)
+    assert set(profile.lab.distillation) | set(profile.lab.ablations) <= set(VARIANTS)
     assert profile.bench.methods[0] == "ar"
 
 
@@ -30,8 +30,8 @@ def test_every_shipped_profile_parses_and_names_known_variants(name):
     ("bench: {methods: [ar, eagle9]}", "unknown method"),
     ("bench: {fit: {top_k: 0}}", "fit config"),
     ("bench: {colour: red}", "unknown keys"),
-    ("study: {ablation_n_per_task: -1}", "study config"),
-    ("study: {engine: warp}", "engine must be one of"),
+    ("lab: {ablation_n_per_task: -1}", "lab config"),
+    ("lab: {engine: warp}", "engine must be one of"),
     ("trian: {}", "unknown keys"),
     ("train: {eagle1: {lr_typo: 1}}", r"train.eagle1.*unknown keys"),
     ("train: {eagle1: {lr: -1}}", "lr > 0"),
@@ -90,22 +90,22 @@ def test_paper_profile_dry_run_on_a_tiny_model_of_its_family(name, tmp_path, fre
                       warmup_steps=1),
         bench=replace(profile.bench, n_per_task=1, max_new_tokens=4, threads=1,
                       fit=replace(profile.bench.fit, prompts=1, max_new_tokens=4, max_depth=3)),
-        study=replace(profile.study, ablation_n_per_task=1, ablation_max_new_tokens=4))
+        lab=replace(profile.lab, ablation_n_per_task=1, ablation_max_new_tokens=4))
     target = load_target(str(folder), dtype=profile.dtype, device="cpu", kernels="stock")
-    study = Study(profile=tiny, target=target, results=tmp_path / "results")
+    lab = Lab(profile=tiny, target=target, results=tmp_path / "results")
     turns = [("Say hello.", "Hello!", "And again?", "Hello again!"),
              ("Name a colour.", "Blue.", "Another one?", "Red."),
              ("Count to three.", "One, two, three.", "Go on.", "Four, five."),
              ("What is 2 + 2?", "4.", "And 3 + 3?", "6.")]
     corpus = [[{"role": ("user", "assistant")[i % 2], "content": t} for i, t in enumerate(c)] for c in turns]
-    prepare_data(target, corpus, study.data_dir, tiny.data)  # the conversations as they are, multi-turn
-    prepare_data(target, corpus[:2], study.eval_dir, tiny.data.held_out_set())  # the target's own answers
-    tau = study.tau(list(tiny.study.ablations))
-    assert set(tau.variant) == set(tiny.study.ablations) and (tau.tau >= 1).all()
-    table = study.bench()
+    prepare_data(target, corpus, lab.data_dir, tiny.data)  # the conversations as they are, multi-turn
+    prepare_data(target, corpus[:2], lab.eval_dir, tiny.data.held_out_set())  # the target's own answers
+    tau = lab.tau(list(tiny.lab.ablations))
+    assert set(tau.variant) == set(tiny.lab.ablations) and (tau.tau >= 1).all()
+    table = lab.bench()
     assert set(table.task) == {"overall", *tiny.bench.tasks}
     assert set(table.method) == {m.split("/")[0] for m in tiny.bench.methods}
-    assert pd.read_csv(study.results / "bench" / "bench.csv").shape == table.shape
+    assert pd.read_csv(lab.results / "bench" / "bench.csv").shape == table.shape
 
 
 def test_the_gpu_profile_and_its_dry_run():
@@ -114,29 +114,29 @@ def test_the_gpu_profile_and_its_dry_run():
     from clover2.profiles import dry_run_profile
 
     gpu = load_profile("gpu")
-    assert (gpu.device, gpu.dtype, gpu.study.engine) == ("cuda", "bfloat16", "graphs")
+    assert (gpu.device, gpu.dtype, gpu.lab.engine) == ("cuda", "bfloat16", "graphs")
     assert "ar!graphs" in gpu.bench.methods and "ar" in gpu.bench.methods and gpu.bench.max_new_tokens == 128
     dry = load_profile(dry_run_profile("gpu"))
     smoke = load_profile("smoke")
     assert (dry.name, dry.device, dry.dtype) == ("gpu-dry", "cpu", "float32")
-    assert dry.bench.methods == gpu.bench.methods and dry.study.ablations == gpu.study.ablations
+    assert dry.bench.methods == gpu.bench.methods and dry.lab.ablations == gpu.lab.ablations
     assert (dry.data, dry.bench.n_per_task, dry.bench.tasks) == (smoke.data, smoke.bench.n_per_task, smoke.bench.tasks)
     assert dry.bench.fit == smoke.bench.fit and dry.bench.max_new_tokens == min(smoke.bench.max_new_tokens, 4)
-    assert dry.train.max_steps == smoke.train.max_steps and dry.study.engine == "graphs"
+    assert dry.train.max_steps == smoke.train.max_steps and dry.lab.engine == "graphs"
     assert gpu.bench.draft_weights == "auto" and dry.bench.draft_weights == "float"  # auto's choice on a GPU
     assert smoke.bench.draft_weights == "auto"  # a CPU's choice between float and int8 stays checked by smoke
 
 
 def test_a_profile_starts_from_its_base_and_changes_only_what_differs(tmp_path):
     child = tmp_path / "child.yaml"
-    child.write_text("base: cpu\ntrain: {max_steps: 7}\nstudy: {seeds: [0, 3]}\n")
+    child.write_text("base: cpu\ntrain: {max_steps: 7}\nlab: {seeds: [0, 3]}\n")
     cpu, mine = load_profile("cpu"), load_profile(child)
-    assert (mine.train.max_steps, mine.study.seeds) == (7, (0, 3))
+    assert (mine.train.max_steps, mine.lab.seeds) == (7, (0, 3))
     assert replace(mine.train, max_steps=cpu.train.max_steps) == cpu.train  # everything else inherited
-    assert (mine.data, mine.bench, mine.own, mine.study.ablations) == (cpu.data, cpu.bench, cpu.own,
-                                                                       cpu.study.ablations)
+    assert (mine.data, mine.bench, mine.own, mine.lab.ablations) == (cpu.data, cpu.bench, cpu.own,
+                                                                       cpu.lab.ablations)
     seeds = load_profile("cpu-seeds")
-    assert seeds.study.seeds == (0, 1, 2) and set(cpu.study.ablations) < set(seeds.study.ablations)
+    assert seeds.lab.seeds == (0, 1, 2) and set(cpu.lab.ablations) < set(seeds.lab.ablations)
     assert (seeds.data, seeds.train, seeds.bench) == (cpu.data, cpu.train, cpu.bench)  # cpu's drafts are reused
 
 

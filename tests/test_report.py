@@ -138,7 +138,7 @@ def test_training_log_has_both_splits_per_head_and_the_figure_draws_them(tmp_pat
     import json
 
     from clover2.research.figures import train_vs_heldout
-    from clover2.research.study import training_log
+    from clover2.research.lab import training_log
 
     lines = [{"step": s, "train_seconds": s / 10, **{f"{p}_head{h}_{k}": 0.1 * h + s / 1000 for p in ("train", "eval")
                                                     for h in range(2) for k in ("loss", "top1", "top5")}}

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from conftest import tiny_target
-from test_design import _Study
+from test_design import _Lab
 from test_training import fake_data
 
 import clover2.research.speed as speed
@@ -164,8 +164,8 @@ def test_a_tiny_study_times_its_claims_last_training_a_missing_seed_again_withou
                           max_new_tokens=6, n_boot=200)
     prof = replace(smoke, name="tiny-speed", design=design, draft={"draft_vocab": 48},
                    train=replace(smoke.train, schedule="wsd", eval_every=100, max_len=32, batch_size=4))
-    study = _Study(profile=prof, target=target, results=tmp_path / "results")
-    experiment = Experiment(study)
+    lab = _Lab(profile=prof, target=target, results=tmp_path / "results")
+    experiment = Experiment(lab)
     fake_data(experiment.data_dir, target)
     shutil.copytree(experiment.data_dir, experiment.eval_dir)
     monkeypatch.setattr(Experiment, "prompts", lambda self: [("qa", [1, 2, 3, 1, 2, 3]), ("mt_bench", [5, 6, 7])])
@@ -175,7 +175,7 @@ def test_a_tiny_study_times_its_claims_last_training_a_missing_seed_again_withou
     assert not experiment.speed_claims_dir.exists()
     # the claims, on a machine whose cache lost e1's seed 1
     config = SpeedConfig(chains=(1, 2), threads=1)
-    claimed = Experiment(replace(study, profile=replace(prof, design=replace(design, speed_claims=config))))
+    claimed = Experiment(replace(lab, profile=replace(prof, design=replace(design, speed_claims=config))))
     runs_csv = claimed.runs_csv.read_bytes()
     lost = speed.timed_drafts(claimed)["e1", 1]
     shutil.rmtree(claimed.folder(lost))

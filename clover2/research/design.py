@@ -2,7 +2,7 @@
 
 `book/protocol.md` says what is run and how it is judged; this module runs it and keeps its state.
 A profile's `design` section (`DesignConfig`) names the arms (a draft variant of
-`clover2.research.study.VARIANTS`, a grid of learning rates, a number of seeds, the tier that says
+`clover2.research.lab.VARIANTS`, a grid of learning rates, a number of seeds, the tier that says
 when it runs), the budgets and the evaluation. From those and from what has finished, `plan` lists
 every training run in the order the protocol gives: each tier's learning-rate grid (seed 0), then
 its seeds at the rate chosen on the dev measure (the reference arm's first); after the first two
@@ -52,14 +52,14 @@ from clover2.training.tasks import load_task
 from clover2.training.train import train
 
 if TYPE_CHECKING:
-    from clover2.research.study import Study
+    from clover2.research.lab import Lab
 
 
 @dataclass(frozen=True)
 class Arm:
     """One draft of the study and how it is tuned and repeated."""
 
-    variant: str  # a name of clover2.research.study.VARIANTS: the architecture and its switches
+    variant: str  # a name of clover2.research.lab.VARIANTS: the architecture and its switches
     lrs: tuple[float, ...] = ()  # the learning-rate grid (seed 0 at the main budget; the best dev measure wins)
     seeds: int = 3  # training seeds at the chosen rate, seed 0 (the grid's own run) included
     tier: int = 1  # when it runs: tiers 1 and 2 before the learning curve, higher ones after it
@@ -365,28 +365,28 @@ def dev_measure(evaluation: dict) -> float:
     return 1.0 + sum(math.prod(a[:k + 1]) for k in range(len(a)))
 
 class Experiment:
-    """The study of a profile with a `design` section, on that profile's target and data (`study`,
-    a `clover2.research.study.Study`): its runs' folders, what is done, and the next thing to do."""
+    """The study of a profile with a `design` section, on that profile's target and data (`lab`,
+    a `clover2.research.lab.Lab`): its runs' folders, what is done, and the next thing to do."""
 
-    def __init__(self, study: Study):
-        self.study, self.design = study, DesignConfig.of(study.profile)
+    def __init__(self, lab: Lab):
+        self.lab, self.design = lab, DesignConfig.of(lab.profile)
         if not self.design.arms:
-            raise Clover2Error(f"profile {study.profile.name!r} has no design section: nothing to run "
+            raise Clover2Error(f"profile {lab.profile.name!r} has no design section: nothing to run "
                                "(the study's profile is `study`)")
-        if study.profile.train.schedule != "wsd":
-            raise Clover2Error(f"profile {study.profile.name!r}: the study's budgets branch off warmup-stable-decay "
-                               f"runs; set train.schedule: wsd (it is {study.profile.train.schedule!r})")
-        self.decay_share = study.profile.train.decay_share
-        self.runs_csv, self.replays_csv = study.results / "runs.csv", study.results / "replays.csv"
-        self.sittings_csv = study.results / "sittings.csv"
+        if lab.profile.train.schedule != "wsd":
+            raise Clover2Error(f"profile {lab.profile.name!r}: the study's budgets branch off warmup-stable-decay "
+                               f"runs; set train.schedule: wsd (it is {lab.profile.train.schedule!r})")
+        self.decay_share = lab.profile.train.decay_share
+        self.runs_csv, self.replays_csv = lab.results / "runs.csv", lab.results / "replays.csv"
+        self.sittings_csv = lab.results / "sittings.csv"
         self.commit = commit()  # the code this process runs, whatever is checked out while it does
 
     @property
     def data_dir(self) -> Path:
         """The study's training data, prepared once and kept: keyed by its settings and the target, not by
         the code (a study outlives many commits; a change to the data code must not restart it)."""
-        key = stable_hash({"data": asdict(self.study.profile.data), "target": self.study.target.identity()})
-        return cache_root() / "design" / self.study.profile.name / f"data-{key}"
+        key = stable_hash({"data": asdict(self.lab.profile.data), "target": self.lab.target.identity()})
+        return cache_root() / "design" / self.lab.profile.name / f"data-{key}"
 
     @property
     def eval_dir(self) -> Path:
@@ -404,9 +404,9 @@ class Experiment:
         """The draft and training settings of a run: the arm's variant on the profile, with the run's
         rate, seed, budget, kept states and share of the data."""
         variant = self.design.arms[run.arm].variant
-        recipe = replace(self.study._train_config(variant), lr=run.lr, seed=run.seed, max_steps=run.budget,
+        recipe = replace(self.lab._train_config(variant), lr=run.lr, seed=run.seed, max_steps=run.budget,
                          states=run.states, data_share=run.share, snapshots=())
-        return self.study._draft_config(variant), recipe
+        return self.lab._draft_config(variant), recipe
 
     def records(self) -> pd.DataFrame:
         return pd.read_csv(self.runs_csv) if self.runs_csv.exists() else pd.DataFrame(columns=["run"])
@@ -510,8 +510,8 @@ class Experiment:
             if run.parent is not None and start is None:
                 print(f"{run.name}: {run.parent.name}'s state at step {run.parent_step} is gone; training from step 0",
                       flush=True)
-            self.study.prepare_data(self.data_dir, self.eval_dir)
-            train(self.study.target, self.data_dir, out, draft_config, recipe, eval_dir=self.eval_dir,
+            self.lab.prepare_data(self.data_dir, self.eval_dir)
+            train(self.lab.target, self.data_dir, out, draft_config, recipe, eval_dir=self.eval_dir,
                   start_from=start)
         if record:
             self._record(run)
@@ -547,14 +547,14 @@ class Experiment:
     def prompts(self) -> list[tuple[str, list[int]]]:
         """The evaluation set: `n_per_task` benchmark-split prompts of each of the profile's tasks (all
         of a task's split where it holds fewer)."""
-        records = [r for t in self.study.profile.bench.tasks for r in load_task(t, self.design.n_per_task)]
-        return [(r.category, first_turn_ids(self.study.target, r)) for r in records]
+        records = [r for t in self.lab.profile.bench.tasks for r in load_task(t, self.design.n_per_task)]
+        return [(r.category, first_turn_ids(self.lab.target, r)) for r in records]
 
     def replay(self, run: Run, trees: tuple[str, ...] | list[str]) -> None:
         """Replay a finished run's draft on the evaluation set (greedy, untimed) and add its rows."""
         prompts = self.prompts()
         refs = self._references(prompts)
-        rows = replayed_steps(self.study.target, {run.name: self.folder(run)}, prompts, refs, trees=list(trees))
+        rows = replayed_steps(self.lab.target, {run.name: self.folder(run)}, prompts, refs, trees=list(trees))
         rows = rows.rename(columns={"draft": "run"}).assign(arm=run.recorded_arm, lr=run.lr, seed=run.seed,
                                                             budget=run.budget, share=run.share,
                                                             cpu=machine()["cpu_name"])
@@ -564,13 +564,13 @@ class Experiment:
 
     @property
     def speed_dir(self) -> Path:
-        return self.study.results / "speed"
+        return self.lab.results / "speed"
 
     @property
     def speed_claims_dir(self) -> Path:
         """The speed claims in their CPU form (`clover2.research.speed`); `speed_dir` is the earlier run on
         the 25-node tree and PyTorch's stock kernels."""
-        return self.study.results / "speed-cpu"
+        return self.lab.results / "speed-cpu"
 
     def speed(self) -> pd.DataFrame:
         """The primary arms' and the reference's published drafts (seed 0, main budget), timed against
@@ -579,16 +579,16 @@ class Experiment:
         env.json names the machine and the load beside it)."""
         folders = {p.name: p for p in self.publish()}
         arms = [a for a in (*self.design.primary, self.design.reference) if a in folders]
-        methods = ("ar", *(f"{self.study._draft_config(self.design.arms[a].variant).arch}@{self.design.trees[0]}"
+        methods = ("ar", *(f"{self.lab._draft_config(self.design.arms[a].variant).arch}@{self.design.trees[0]}"
                            f"={folders[a]}" for a in arms))
-        config = replace(self.study.profile.bench, methods=methods, draft_weights="float",
+        config = replace(self.lab.profile.bench, methods=methods, draft_weights="float",
                          n_per_task=self.design.n_per_task, max_new_tokens=self.design.max_new_tokens)
         with atomic_path(self.speed_dir) as tmp:
-            table = run_bench(self.study.target, config, None, tmp)
+            table = run_bench(self.lab.target, config, None, tmp)
         return table
 
     def published(self) -> Path:
-        return self.study.results / "drafts"
+        return self.lab.results / "drafts"
 
     def publish(self) -> list[Path]:
         """Seed 0 of every arm with a grid at the main budget, on all the data, at its chosen rate,
@@ -615,10 +615,10 @@ class Experiment:
                 save_file(weights, tmp / WEIGHTS)
                 meta = json.loads((source / SIDECAR).read_text())
                 meta |= {"weights_sha256": sha256_file(tmp / WEIGHTS), "weights_dtype": "bfloat16", "run": run.name,
-                         "target": target_record(self.study.target),
+                         "target": target_record(self.lab.target),
                          "record": json.loads(records.loc[run.name].to_json())}
                 write_json(tmp / SIDECAR, meta)
-                target = self.study.target
+                target = self.lab.target
                 write_json(tmp / SIDECAR, meta | {"probe": probe(load_draft(tmp, target), target)})
             out.append(dest)
         return out
@@ -631,7 +631,7 @@ class Experiment:
         refs = self._references(prompts)  # once for every draft
         for folder in sorted(p.parent for p in self.published().glob(f"*/{SIDECAR}")):
             meta = json.loads((folder / SIDECAR).read_text())
-            fresh = replayed_steps(self.study.target, {folder.name: load_draft(folder, self.study.target)}, prompts,
+            fresh = replayed_steps(self.lab.target, {folder.name: load_draft(folder, self.lab.target)}, prompts,
                                    refs, trees=[tree])
             old = committed[(committed.run == meta["run"]) & (committed.tree == tree)]
             rows.append({"arm": folder.name, "run": meta["run"], "tree": tree,
@@ -643,9 +643,9 @@ class Experiment:
         return out
 
     def _references(self, prompts):
-        archs = sorted({self.study._draft_config(a.variant).arch for a in self.design.arms.values()})
-        return references(self.study.target, prompts, DecodeConfig(max_new_tokens=self.design.max_new_tokens),
-                          self.root / "references.pt", layers=layers_read(self.study.target, archs))
+        archs = sorted({self.lab._draft_config(a.variant).arch for a in self.design.arms.values()})
+        return references(self.lab.target, prompts, DecodeConfig(max_new_tokens=self.design.max_new_tokens),
+                          self.root / "references.pt", layers=layers_read(self.lab.target, archs))
 
     def status(self) -> pd.DataFrame:
         """One row per run of the plan so far: done, partial (the step its checkpoint holds) or to do,

@@ -149,7 +149,7 @@ def seed_pairs(paired_by_seed: dict[int, pd.DataFrame], temperature: float = 0.0
 
 
 def seed_findings(spread: pd.DataFrame | None = None, pairs: pd.DataFrame | None = None) -> str:
-    """What the training seeds say: with `spread` (`clover2.research.study.seed_spread`'s summary),
+    """What the training seeds say: with `spread` (`clover2.research.lab.seed_spread`'s summary),
     each draft's tau from seed to seed against its interval from prompt to prompt, and in how many
     seeds its difference from Clover-2 is beyond prompt noise; with `pairs` (`seed_pairs`), each
     comparison's speed ratio per seed."""

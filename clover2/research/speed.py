@@ -80,18 +80,18 @@ def measure(experiment: Experiment) -> pd.DataFrame:
     and every file written at once into `experiment.speed_claims_dir`. Returns the claims."""
     design, config = experiment.design, experiment.design.speed_claims
     if config is None:
-        raise Clover2Error(f"profile {experiment.study.profile.name!r}: its design has no speed_claims section")
+        raise Clover2Error(f"profile {experiment.lab.profile.name!r}: its design has no speed_claims section")
     prompts = experiment.prompts()
     drafts = timed_drafts(experiment)
     retrained = retrain_missing(experiment, drafts, prompts)  # at the study's own thread count, as it trained
-    records = calibration_set(experiment.study.profile.bench.tasks, config.calibration_per_task)
-    arch = {arm: experiment.study._draft_config(design.arms[arm].variant).arch for arm, _ in drafts}
+    records = calibration_set(experiment.lab.profile.bench.tasks, config.calibration_per_task)
+    arch = {arm: experiment.lab._draft_config(design.arms[arm].variant).arch for arm, _ in drafts}
     decode = DecodeConfig(max_new_tokens=design.max_new_tokens, timed=True)  # greedy, eager engine: the fp32 exact path
-    fit_config = replace(experiment.study.profile.bench.fit, max_new_tokens=design.max_new_tokens)
+    fit_config = replace(experiment.lab.profile.bench.fit, max_new_tokens=design.max_new_tokens)
     threads = torch.get_num_threads()
     torch.set_num_threads(config.threads or len(os.sched_getaffinity(0)))
     try:
-        target = with_kernels(replace(experiment.study.target, model=copy.deepcopy(experiment.study.target.model)),
+        target = with_kernels(replace(experiment.lab.target, model=copy.deepcopy(experiment.lab.target.model)),
                               config.kernels)
         curves, kernel_check = checked_cost_curves(target, ["eager"])
         models = {key: load_draft(experiment.folder(run), target) for key, run in drafts.items()}  # float weights
@@ -187,7 +187,7 @@ def retrain_missing(experiment: Experiment, drafts: dict[tuple[str, int], Run],
               flush=True)
         experiment.train(run, record=False)
     tree = experiment.design.trees[0]
-    fresh = replayed_steps(experiment.study.target, {run.name: experiment.folder(run) for run in missing.values()},
+    fresh = replayed_steps(experiment.lab.target, {run.name: experiment.folder(run) for run in missing.values()},
                            prompts, experiment._references(prompts), trees=[tree])
     committed = pd.read_csv(experiment.replays_csv)
     committed = committed[committed.tree == tree]

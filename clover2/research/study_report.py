@@ -27,7 +27,7 @@ FIGURES = "figures"  # results/<profile>/figures/: the page's images
 
 def write_report(experiment: Experiment) -> dict[str, pd.DataFrame]:
     """Every table, figure and the page of the study into its results folder; returns the tables."""
-    results, dev = experiment.study.results, experiment.dev()
+    results, dev = experiment.lab.results, experiment.dev()
     design = experiment.design if experiment.design.settled(dev) else experiment.design.before_amendment()
     runs = experiment.records()
     replays = pd.read_csv(experiment.replays_csv) if experiment.replays_csv.exists() else pd.DataFrame()

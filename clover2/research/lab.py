@@ -1,6 +1,6 @@
 """The research workflow behind the notebooks: one profile, its target, data, drafts and results.
 
-Notebooks stay thin: a `parameters` cell, then `study = Study.open(profile, target=...)`, which
+Notebooks stay thin: a `parameters` cell, then `lab = Lab.open(profile, target=...)`, which
 checks every parameter at once (an unknown profile, a target path that does not exist, a drafts
 folder holding drafts for another target), so a bad one fails in the first cell with a clear
 message.
@@ -134,7 +134,7 @@ def training_log(path: Path, variant: str) -> pd.DataFrame:
 
 
 @dataclass
-class Study:
+class Lab:
     profile: Profile
     target: Target
     results: Path  # results/<profile>: what the book shows (outputs only)
@@ -142,22 +142,22 @@ class Study:
 
     @classmethod
     def open(cls, profile: str | None = None, *, target: str | None = None, drafts: str | Path | None = None,
-             results: str | Path | None = None, kernels: str = "auto") -> Study:
+             results: str | Path | None = None, kernels: str = "auto") -> Lab:
         """Check the parameters and load the target: the first cell of every notebook.
 
         `profile` None is the default profile (`$CLOVER2_PROFILE`, else `cpu`); `results` None is
         `$CLOVER2_RESULTS/<profile>`, else `results/<profile>` in the current folder."""
         prof = load_profile(profile)
-        study = cls(profile=prof, target=prof.load_target(target, kernels=kernels),
+        lab = cls(profile=prof, target=prof.load_target(target, kernels=kernels),
                     results=Path(results) if results else results_root() / prof.name,
                     drafts_given=Path(drafts) if drafts else None)
-        for sidecar in sorted(study.drafts_given.glob(f"*/{SIDECAR}")) if study.drafts_given else []:
-            load_draft(sidecar.parent, study.target)  # drafts the user gave must fit this target
-        study.results.mkdir(parents=True, exist_ok=True)
-        write_text(study.results / "profile.yaml",
-                   yaml.safe_dump(jsonable(asdict(prof) | {"target": study.target.name}), sort_keys=False))
-        write_json(study.results / "provenance.json", {"commit": commit(), "code": code_version(), **machine()})
-        return study
+        for sidecar in sorted(lab.drafts_given.glob(f"*/{SIDECAR}")) if lab.drafts_given else []:
+            load_draft(sidecar.parent, lab.target)  # drafts the user gave must fit this target
+        lab.results.mkdir(parents=True, exist_ok=True)
+        write_text(lab.results / "profile.yaml",
+                   yaml.safe_dump(jsonable(asdict(prof) | {"target": lab.target.name}), sort_keys=False))
+        write_json(lab.results / "provenance.json", {"commit": commit(), "code": code_version(), **machine()})
+        return lab
 
     def chapter(self, name: str) -> Path:
         """The results folder of one notebook (created)."""
@@ -256,11 +256,11 @@ class Study:
         plain decoding), which costs the drafts alone. One row per variant (column `draft`), tree and
         prompt, with each step's accept length: the input of `tau_table`, `depth_acceptance`,
         `accept_histogram` and `vocabulary_coverage` (`clover2.measure.acceptance`)."""
-        n_per_task = n_per_task or self.profile.study.ablation_n_per_task
-        max_new_tokens = max_new_tokens or self.profile.study.ablation_max_new_tokens
+        n_per_task = n_per_task or self.profile.lab.ablation_n_per_task
+        max_new_tokens = max_new_tokens or self.profile.lab.ablation_max_new_tokens
         records = [r for t in (tasks or self.profile.bench.tasks) for r in load_task(t, n_per_task)]
         prompts = [(r.category, first_turn_ids(self.target, r)) for r in records]
-        engine = self.profile.study.engine
+        engine = self.profile.lab.engine
         models = {v: self.draft(v) for v in variants}  # trained first, outside the replays
         refs = references(self.target, prompts, DecodeConfig(max_new_tokens=max_new_tokens, engine=engine),
                           layers=layers_read(self.target, [self._draft_config(v).arch for v in variants]))
