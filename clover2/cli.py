@@ -362,7 +362,7 @@ def _coverage(args):
          arg("-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
              help="an extra notebook parameter (YAML value), e.g. -p target /models/vicuna-7b"),
          arg("--dry-run", action="store_true",
-             help="the profile's whole run at the smoke profile's sizes, in fp32 on the CPU, into RESULTS/<profile>-dry"))
+             help="every notebook at the smoke profile's sizes, in fp32 on the CPU, into RESULTS/<profile>-dry"))
 def _notebooks(args):
     import yaml
 
