@@ -76,10 +76,11 @@ def _tiny_llama_with_smollm2_tokenizer(folder):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["paper-vicuna7b", "paper-llama3-8b"])
-def test_paper_profile_dry_run_on_a_tiny_model_of_its_family(name, tmp_path, fresh_cache):
-    """The profile's own settings (dtype, loss, bf16 autocast, vocabulary, trees, tasks, methods),
-    with only the sizes shrunk and the device set to CPU: data, every draft, ablation tau, bench."""
+@pytest.mark.parametrize("name", ["paper-vicuna7b", "paper-llama3-8b", "gpu"])
+def test_gpu_profile_dry_run_on_a_tiny_model_of_its_family(name, tmp_path, fresh_cache):
+    """A GPU profile's own settings (dtype, loss, bf16 autocast, vocabulary, trees, tasks, methods and
+    their engines), with only the sizes shrunk and the device set to CPU: data, every draft, ablation
+    tau, bench. (`make test` also runs the gpu profile's first notebook through `clover2 notebooks`.)"""
     profile = load_profile(name)
     folder = _tiny_llama_with_smollm2_tokenizer(tmp_path / "target")
     tiny = replace(
