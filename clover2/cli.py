@@ -331,6 +331,24 @@ def _parse_run(text: str) -> tuple[str, Path]:
     return name, Path(folder)
 
 
+@command("export", "write a trained draft in the layout a serving engine loads (clover2.drafts.export)",
+         arg("--draft", type=Path, required=True, help="a trained draft's folder (e.g. written by `clover2 train`)"),
+         arg("--format", required=True, choices=("specforge", "speculators", "eagle"),
+             help="specforge or speculators (an EAGLE-3 draft: SGLang, vLLM, llama.cpp), eagle (an EAGLE-1 "
+                  "draft: vLLM's method eagle, SGLang's EAGLE)"),
+         arg("--out", type=Path, required=True, help="the folder to write"),
+         *TARGET[:-1])  # the weights as trained: no kernel choice
+def _export(args):
+    from clover2.drafts.checkpoint import SIDECAR, load_draft
+    from clover2.drafts.export import export_draft
+
+    args.kernels = "stock"
+    target = _load(args)
+    model = load_draft(args.draft, target)
+    source = json.loads((args.draft / SIDECAR).read_text()).get("weights_sha256", "")
+    print(export_draft(model, target, args.out, args.format, source_sha256=source))
+
+
 @command("coverage", "how much of each task's answers the k most frequent training tokens cover",
          PROFILE, SETTINGS, PROFILE_TARGET,
          arg("--data", type=Path, action="append", required=True, help="training data folder (repeat for a mix)"),
