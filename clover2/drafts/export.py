@@ -13,6 +13,12 @@ Formats (`FORMATS`: name -> the architecture it carries):
   engine. A draft vocabulary has no place in that layout: its target ids go to
   `hot_token_map.pt` (SGLang's `--speculative-token-map`), and an engine without one proposes from
   the whole vocabulary.
+- `clover`: Clover-2 (or Clover-1), which no engine runs: a research format in the `speculators`
+  style (`speculators_model_type: clover2`, the augmenting block's layer config, the draft's own
+  settings under `clover2_config`), the weights under clover2's own names (`block.layers.*` the
+  augmenting block, `block.norm` its norm, `ad0.*` and `ad1.*` the Attention Decoders, `fc0` the
+  output projector, `fc1` the regressive step's projection, `head_norm`), `d2t`/`t2d` as EAGLE-3's;
+  the embedding and LM head are the verifier's. `load_exported` is its loader.
 
 The mapping is exact: the draft vocabulary is renumbered by target id, as these formats number it,
 which changes no proposal. Each export carries `clover2.json` (the draft's own config, its target,
@@ -38,13 +44,15 @@ from clover2.drafts.config import DraftConfig
 from clover2.errors import Clover2Error
 from clover2.files import atomic_path, write_json
 
-FORMATS = {"specforge": "eagle3", "speculators": "eagle3", "eagle": "eagle1"}
+FORMATS = {"specforge": ("eagle3",), "speculators": ("eagle3",), "eagle": ("eagle1",), "clover": ("clover2", "clover1")}
 WEIGHTS, CONFIG, OURS, HOT_TOKENS = "model.safetensors", "config.json", "clover2.json", "hot_token_map.pt"
 LLAMA_SHAPED = ("llama", "qwen2")  # target families whose decoder layer the formats' Llama layer holds
 
 
 def _renames(fmt: str) -> list[tuple[str, str]]:
     """(our prefix, theirs) per weight, most specific first: the map both ways."""
+    if fmt == "clover":
+        return []  # clover2's own names
     layer = {"specforge": "midlayer.", "speculators": "layers.0.", "eagle": "layers.0."}[fmt]
     ours = [("block.layers.0.input_layernorm.token_norm.", layer + "input_layernorm."),
             ("block.layers.0.input_layernorm.state_norm.", layer + "hidden_norm."),
@@ -60,11 +68,11 @@ def export_draft(model: DraftModel, target: Target, out: Path, fmt: str, *, sour
     """Write `model` (a draft for `target`) into `out` in format `fmt`; returns `out`."""
     if fmt not in FORMATS:
         raise Clover2Error(f"unknown export format {fmt!r}; known: {', '.join(FORMATS)}")
-    if model.arch != FORMATS[fmt]:
-        raise Clover2Error(f"the {fmt} format carries {FORMATS[fmt]} drafts, not {model.arch} "
-                           f"(formats by architecture: {FORMATS})")
+    if model.arch not in FORMATS[fmt]:
+        raise Clover2Error(f"the {fmt} format carries {' and '.join(FORMATS[fmt])} drafts, not {model.arch} "
+                           f"(formats and what they carry: {FORMATS})")
     family = target.config.get_text_config().model_type
-    if family not in LLAMA_SHAPED:
+    if fmt != "clover" and family not in LLAMA_SHAPED:
         raise Clover2Error(f"a {family} target's decoder layer is not Llama-shaped: the {fmt} format cannot hold "
                            f"this draft (it holds drafts for {', '.join(LLAMA_SHAPED)} targets)")
     order = torch.argsort(model.d2t)  # the draft vocabulary by target id, as the formats number it
@@ -72,10 +80,11 @@ def export_draft(model: DraftModel, target: Target, out: Path, fmt: str, *, sour
     state = {k: (v.float() if v.is_floating_point() else v).detach().cpu() for k, v in model.state_dict().items()}
     # the embedding and the target's norm are the target's own: engines take them from it
     weights = {_rename(k, pairs): v for k, v in state.items() if k not in ("d2t", "target_norm.weight", "embed.weight")}
-    weights["lm_head.weight"] = state["lm_head.weight"][order]
-    if fmt == "eagle":
-        del weights["lm_head.weight"]  # the engine reads the target's own head
-    else:
+    if fmt in ("specforge", "speculators"):
+        weights["lm_head.weight"] = state["lm_head.weight"][order]
+    else:  # the engine reads the target's own head
+        del weights["lm_head.weight"]
+    if fmt != "eagle":
         ids = state["d2t"][order]
         weights["d2t"] = ids - torch.arange(len(ids))  # draft id + d2t[draft id] = target id
         weights["t2d"] = torch.zeros(model.target_config.vocab_size, dtype=torch.bool).index_fill_(0, ids, True)
@@ -97,14 +106,25 @@ def _config(model: DraftModel, target: Target, fmt: str) -> dict:
     windows = ("layer_types", "use_sliding_window", "sliding_window", "max_window_layers")  # the draft's one layer
     layer = {k: v for k, v in text.to_dict().items()
              if not k.startswith(("_", "transformers_version")) and k not in windows}
-    layer |= {"model_type": "llama", "num_hidden_layers": 1, "tie_word_embeddings": False, "torch_dtype": "float32",
-              "head_dim": getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads,
-              "attention_bias": text.model_type == "qwen2",  # Qwen2's query, key and value projections have biases
-              "vocab_size": text.vocab_size}
+    layer |= {"num_hidden_layers": 1, "tie_word_embeddings": False, "torch_dtype": "float32",
+              "head_dim": getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads}
     layers_read = list(model.hidden_layers)
+    if fmt != "clover":  # the engines' draft layer is a Llama one (SpecForge's and SGLang's for any target family)
+        layer |= {"model_type": "llama", "attention_bias": text.model_type == "qwen2"}  # Qwen2's q, k, v have biases
     if fmt == "eagle":  # the original EAGLE-1 directory: a Llama config, `bias` for the fc layer
         return layer | {"architectures": ["LlamaForCausalLM"], "bias": True}
-    if fmt == "specforge":  # SpecForge's and SGLang's draft config is a Llama one for any target family
+    verifier = {"name_or_path": target.name, "architectures": list(target.config.architectures or [])}
+    if fmt == "clover":  # the augmenting block is the target family's own decoder layers
+        return {"architectures": ["Clover2Speculator"], "speculators_model_type": "clover2",
+                "speculators_version": "clover2-research/1", "transformer_layer_config": layer
+                | {"num_hidden_layers": model.config.aug_layers}, "draft_vocab_size": len(model.d2t),
+                "clover2_config": asdict(model.config),
+                "speculators_config": {"algorithm": "clover2", "default_proposal_method": "tree",
+                                       "proposal_methods": [{"proposal_type": "tree", "tree": "eagle25"}],
+                                       "verifier": verifier},
+                "needs": "the target's last hidden state before its final norm at every committed position, "
+                         "and a tree (or chain) verifier"}
+    if fmt == "specforge":
         return layer | {"architectures": ["LlamaForCausalLMEagle3"], "draft_vocab_size": len(model.d2t),
                         "target_model_type": text.model_type, "target_hidden_size": text.hidden_size,
                         "eagle_config": {"eagle_aux_hidden_state_layer_ids": layers_read}}
@@ -115,7 +135,7 @@ def _config(model: DraftModel, target: Target, fmt: str) -> dict:
                 "algorithm": "eagle3",
                 "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": model.config.num_heads}],
                 "default_proposal_method": "greedy",
-                "verifier": {"name_or_path": target.name, "architectures": list(target.config.architectures or [])}}}
+                "verifier": verifier}}
 
 
 def load_exported(folder: str | Path, target: Target) -> DraftModel:
