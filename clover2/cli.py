@@ -333,9 +333,10 @@ def _parse_run(text: str) -> tuple[str, Path]:
 
 @command("export", "write a trained draft in the layout a serving engine loads (clover2.drafts.export)",
          arg("--draft", type=Path, required=True, help="a trained draft's folder (e.g. written by `clover2 train`)"),
-         arg("--format", required=True, choices=("specforge", "speculators", "eagle", "clover"),
+         arg("--format", required=True, choices=("specforge", "speculators", "eagle", "medusa", "clover"),
              help="specforge or speculators (an EAGLE-3 draft: SGLang, vLLM, llama.cpp), eagle (an EAGLE-1 "
-                  "draft: vLLM's method eagle, SGLang's EAGLE), clover (Clover-2 or Clover-1: a research format "
+                  "draft: vLLM's method eagle, SGLang's EAGLE), medusa (speculators' Medusa layout), clover "
+                  "(Clover-2 or Clover-1: a research format "
                   "no engine runs yet)"),
          arg("--out", type=Path, required=True, help="the folder to write"),
          *TARGET[:-1])  # the weights as trained: no kernel choice

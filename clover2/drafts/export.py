@@ -13,6 +13,10 @@ Formats (`FORMATS`: name -> the architecture it carries):
   engine. A draft vocabulary has no place in that layout: its target ids go to
   `hot_token_map.pt` (SGLang's `--speculative-token-map`), and an engine without one proposes from
   the whole vocabulary.
+- `medusa`: Medusa-1 in the `speculators` Medusa layout (`speculators_model_type: medusa`, heads
+  `blocks.K.layers.0.*`, the verifier's LM head shared by every head, the draft vocabulary as
+  `d2t`/`t2d`), after the speculators source (`src/speculators/models/medusa/`, a release later than
+  0.9.0, the one that installs here, which has no Medusa yet: its own classes could not check it).
 - `clover`: Clover-2 (or Clover-1), which no engine runs: a research format in the `speculators`
   style (`speculators_model_type: clover2`, the augmenting block's layer config, the draft's own
   settings under `clover2_config`), the weights under clover2's own names (`block.layers.*` the
@@ -44,15 +48,18 @@ from clover2.drafts.config import DraftConfig
 from clover2.errors import Clover2Error
 from clover2.files import atomic_path, write_json
 
-FORMATS = {"specforge": ("eagle3",), "speculators": ("eagle3",), "eagle": ("eagle1",), "clover": ("clover2", "clover1")}
+FORMATS = {"specforge": ("eagle3",), "speculators": ("eagle3",), "eagle": ("eagle1",), "medusa": ("medusa",),
+           "clover": ("clover2", "clover1")}
 WEIGHTS, CONFIG, OURS, HOT_TOKENS = "model.safetensors", "config.json", "clover2.json", "hot_token_map.pt"
 LLAMA_SHAPED = ("llama", "qwen2")  # target families whose decoder layer the formats' Llama layer holds
 
 
-def _renames(fmt: str) -> list[tuple[str, str]]:
-    """(our prefix, theirs) per weight, most specific first: the map both ways."""
+def _renames(fmt: str, heads: int) -> list[tuple[str, str]]:
+    """(our prefix, theirs) per weight, most specific first: the map both ways (`heads`: the draft's)."""
     if fmt == "clover":
         return []  # clover2's own names
+    if fmt == "medusa":
+        return [(f"heads.{k}.linear.", f"blocks.{k}.layers.0.") for k in range(heads)]
     layer = {"specforge": "midlayer.", "speculators": "layers.0.", "eagle": "layers.0."}[fmt]
     ours = [("block.layers.0.input_layernorm.token_norm.", layer + "input_layernorm."),
             ("block.layers.0.input_layernorm.state_norm.", layer + "hidden_norm."),
@@ -72,11 +79,11 @@ def export_draft(model: DraftModel, target: Target, out: Path, fmt: str, *, sour
         raise Clover2Error(f"the {fmt} format carries {' and '.join(FORMATS[fmt])} drafts, not {model.arch} "
                            f"(formats and what they carry: {FORMATS})")
     family = target.config.get_text_config().model_type
-    if fmt != "clover" and family not in LLAMA_SHAPED:
+    if fmt in ("specforge", "speculators", "eagle") and family not in LLAMA_SHAPED:
         raise Clover2Error(f"a {family} target's decoder layer is not Llama-shaped: the {fmt} format cannot hold "
                            f"this draft (it holds drafts for {', '.join(LLAMA_SHAPED)} targets)")
     order = torch.argsort(model.d2t)  # the draft vocabulary by target id, as the formats number it
-    pairs = _renames(fmt)
+    pairs = _renames(fmt, model.config.num_heads)
     state = {k: (v.float() if v.is_floating_point() else v).detach().cpu() for k, v in model.state_dict().items()}
     # the embedding and the target's norm are the target's own: engines take them from it
     weights = {_rename(k, pairs): v for k, v in state.items() if k not in ("d2t", "target_norm.weight", "embed.weight")}
@@ -114,6 +121,16 @@ def _config(model: DraftModel, target: Target, fmt: str) -> dict:
     if fmt == "eagle":  # the original EAGLE-1 directory: a Llama config, `bias` for the fc layer
         return layer | {"architectures": ["LlamaForCausalLM"], "bias": True}
     verifier = {"name_or_path": target.name, "architectures": list(target.config.architectures or [])}
+    if fmt == "medusa":
+        V = text.vocab_size
+        return {"architectures": ["MedusaModel"], "speculators_model_type": "medusa", "speculators_version": "0.9.0",
+                "num_heads": model.config.num_heads, "num_hidden_layers": 1, "medusa_hidden_size": text.hidden_size,
+                "medusa_vocab_size": V, "truncated_vocab_size": len(model.d2t) if len(model.d2t) < V else 0,
+                "original_lm_head": True, "medusa_fc_bias": True, "head_weight_decay": model.config.head_decay,
+                "speculators_config": {"algorithm": "medusa", "default_proposal_method": "greedy",
+                                       "proposal_methods": [{"proposal_type": "greedy",
+                                                             "speculative_tokens": model.config.num_heads}],
+                                       "verifier": verifier}}
     if fmt == "clover":  # the augmenting block is the target family's own decoder layers
         return {"architectures": ["Clover2Speculator"], "speculators_model_type": "clover2",
                 "speculators_version": "clover2-research/1", "transformer_layer_config": layer
@@ -152,7 +169,7 @@ def load_exported(folder: str | Path, target: Target) -> DraftModel:
         raise Clover2Error(f"{folder} was exported for target {ours['target'].get('name')!r}, not for "
                            f"{target.name!r} (its weights differ)")
     weights = load_file(folder / WEIGHTS)
-    back = [(theirs, mine) for mine, theirs in _renames(fmt)]
+    back = [(theirs, mine) for mine, theirs in _renames(fmt, ours["draft_config"]["num_heads"])]
     state = {_rename(k, back): v for k, v in weights.items() if k not in ("d2t", "t2d")}
     # the LM head of an `eagle` export is the target's own, cut to the hot tokens when the draft is built
     d2t = torch.load(folder / HOT_TOKENS) if fmt == "eagle" else weights["d2t"] + torch.arange(len(weights["d2t"]))
