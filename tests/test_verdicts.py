@@ -318,6 +318,11 @@ def test_the_results_page_leaves_out_tables_with_nothing_in_them():
     assert "## Learning-rate grids" in text and "**1.500**" in text
     assert "tau at the paper's budget" not in text and "Data or repetition" not in text and "nothing yet" not in text
     assert "1 run (0 of them wait for their arm's learning rate)" in text
+    assert "files behind this page" not in text  # none given: no section
+    served = page(DESIGN, tables, status, machine="a CPU", commits="abc",
+                  downloads=["runs.csv", "verdicts.csv", "drafts/c2/draft.json", "drafts/c2/draft.safetensors"])
+    assert "- **tables**: {download}`runs.csv <runs.csv>`, {download}`verdicts.csv <verdicts.csv>`" in served
+    assert "- **drafts/c2**: {download}`draft.json <drafts/c2/draft.json>`, " in served  # the book serves each file
 
 
 def test_the_published_drafts_check_says_where_and_when_it_replayed():

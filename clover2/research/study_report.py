@@ -55,8 +55,10 @@ def write_report(experiment: Experiment) -> dict[str, pd.DataFrame]:
     sittings = pd.read_csv(experiment.sittings_csv) if experiment.sittings_csv.exists() else pd.DataFrame()
     cpus = machine_text(machine_time(runs, sittings, design.main)) if len(runs) else machine()["cpu_name"]
     commits = f"{runs.commit.nunique()} commits" if len(runs) else "-"
+    downloads = sorted(str(p.relative_to(results)) for p in (*results.glob("*.csv"), *results.glob("speed*/*.csv"),
+                                                             *experiment.published().glob("*/draft.*")))
     write_text(results / "README.md", page(design, tables, experiment.status(), machine=cpus, commits=commits,
-                                           figures=figures, amended=design is experiment.design))
+                                           figures=figures, amended=design is experiment.design, downloads=downloads))
     return tables
 
 

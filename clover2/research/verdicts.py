@@ -656,11 +656,13 @@ def _speed_note(speed: pd.DataFrame | None, design: DesignConfig) -> str:
 
 
 def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataFrame, *, machine: str,
-         commits: str, figures: dict[str, str] | None = None, amended: bool = True) -> str:
+         commits: str, figures: dict[str, str] | None = None, amended: bool = True,
+         downloads: list[str] = ()) -> str:
     """The study's results page, generated from its tables: the primary verdicts first, then every table
     (each followed by its figure in `figures`, by table name, where one was drawn), then what is not
-    finished (said in the first paragraph once every run is). `amended`: False while amendment 1's grids
-    run and the page reads the protocol's earlier rules (said first). Nothing on it is typed by hand."""
+    finished (said in the first paragraph once every run is), then the files behind it (`downloads`,
+    relative to the page: served by the built book). `amended`: False while amendment 1's grids run and
+    the page reads the protocol's earlier rules (said first). Nothing on it is typed by hand."""
     figures = figures or {}
     elsewhere = status.state == ELSEWHERE  # the machine replicate, until the study meets another CPU kind
     done, left = (status.state == "done").sum(), status[(status.state != "done") & ~elsewhere]
@@ -777,4 +779,14 @@ def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataF
     elif tables.get("speed", pd.DataFrame()).empty:
         lines += ["", "The primary pair's speed is measured last, alone on the machine (the next `clover2 study "
                   "run`).", ""]
+    if downloads:
+        link = lambda path, text=None: f"{{download}}`{text or path.rpartition('/')[2]} <{path}>`"  # noqa: E731
+        groups: dict[str, list[str]] = {}
+        for path in downloads:
+            groups.setdefault(path.rpartition("/")[0], []).append(path)
+        rows = [f"- **{folder or 'tables'}**: " + ", ".join(map(link, paths)) for folder, paths in groups.items()]
+        lines += ["", "## The files behind this page", "",
+                  "Every table above and the published drafts, as the study wrote them (the columns: "
+                  "`results/README.md`; a draft's folder, both files, loads with `clover2.load_draft`):", "",
+                  *rows, ""]
     return "\n".join(lines)
