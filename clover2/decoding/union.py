@@ -46,7 +46,7 @@ def preference(draft: Draft) -> list[int]:
     nodes = list(range(1, draft.tree.size))
     if draft.scores is None:
         return nodes
-    return sorted(nodes, key=lambda i: (-float(draft.scores[i - 1]), int(draft.tree.depth[i]), i))
+    return sorted(nodes, key=lambda i: (-float(draft.scores[i - 1]), draft.tree.depths[i], i))
 
 
 class Union(Drafter):

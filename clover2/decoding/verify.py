@@ -64,7 +64,7 @@ def accept(draft: Draft, logits: torch.Tensor, sampling: SamplingConfig, generat
     tokens = draft.tokens.cpu()
     q = draft.q if draft.q is not None else F.one_hot(tokens, p.shape[-1]).float()
     path, last = accept_tree(draft.tree.children, tokens, q.cpu(), p, generator)
-    return Accepted(path=path, tokens=tokens[torch.tensor(path[1:], dtype=torch.long) - 1].tolist() + [last])
+    return Accepted(path=path, tokens=[int(tokens[i - 1]) for i in path[1:]] + [last])
 
 
 def accepted_nodes(draft: Draft, continuation: list[int]) -> list[bool]:

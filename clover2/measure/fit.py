@@ -147,7 +147,7 @@ def _node_outcomes(prompt: int, drafts: list[Draft], ranks: list[list[dict]], ou
     for step, (draft, rank, n) in enumerate(zip(drafts, ranks, committed)):
         accepted = accepted_nodes(draft, output[pos:])
         pos += n
-        rows += [{"prompt": prompt, "step": step, "depth": int(draft.tree.depth[i]), "accepted": accepted[i - 1],
+        rows += [{"prompt": prompt, "step": step, "depth": draft.tree.depths[i], "accepted": accepted[i - 1],
                   **{f"rank_{s}": float(r) for s, r in rank[i - 1].items()}} for i in range(1, draft.tree.size)]
     return rows
 
