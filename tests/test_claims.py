@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -108,7 +109,8 @@ def test_the_speed_of_the_pair_on_a_cpu_is_shown_but_not_judged(tmp_path):
     claim = next(c for c in claims(results) if c.claim.startswith("Clover-2 decodes faster than EAGLE-1"))
     assert claim.status == "not testable here"
     assert claim.here.startswith("Clover-2 (official recipe) 1.200x [1.100, 1.300] and Clover-2 (this project's value "
-                                 "gain) 1.500x [1.400, 1.600] as fast as EAGLE-1 on one CPU")
+                                 "gain, a departure from the paper) 1.500x [1.400, 1.600] as fast as EAGLE-1 on one "
+                                 "CPU")
 
 
 def test_a_decided_primary_row_gives_the_rules_reason_and_the_grid_caveat(tmp_path):
@@ -127,8 +129,7 @@ def test_a_decided_primary_row_gives_the_rules_reason_and_the_grid_caveat(tmp_pa
                   "dev": [1.28, 1.39, 1.46, 1.51, 1.34, 1.38, 1.35],
                   "chosen": [False, False, False, True, False, True, False]}).to_csv(results / "study/grid.csv")
     claim = next(c for c in claims(results) if c.claim.startswith("Clover-2 (official recipe)"))
-    assert claim.here.endswith("resampling error); Clover-2 (official recipe)'s learning rate is at the edge of its "
-                               "tuning grid")
+    assert claim.here.endswith("resampling error); its learning rate is at the edge of its tuning grid")
     verdicts = pd.read_csv(results / "study/verdicts.csv").assign(hi=0.995)  # clear of 1: one reading
     verdicts.to_csv(results / "study/verdicts.csv", index=False)
     claim = next(c for c in claims(results) if c.claim.startswith("Clover-2 (official recipe)"))
@@ -155,8 +156,78 @@ def test_the_speed_claims_in_their_cpu_form_reach_the_front_page_once_timed(tmp_
                   "p_holm": [0.002, 0.004], "verdict": ["faster", "slower"], "seeds": ["5", "5 vs 5"],
                   "prompts": [131, 131]}).to_csv(results / "study" / "speed-cpu" / "claims.csv", index=False)
     found = {c.claim: c for c in study_claims(results)}
-    faster = found["Clover-2 (this project's value gain) decodes faster than plain decoding, on this CPU"]
+    faster = found["Clover-2 (this project's value gain, a departure from the paper) decodes faster than plain "
+                   "decoding, on this CPU"]
     assert faster.status == "reproduced" and "1.180x [1.110, 1.260]" in faster.here and "GPUs" in faster.paper
-    rival = found["Clover-2 (this project's value gain) decodes faster than EAGLE-1, on this CPU"]
+    rival = found["Clover-2 (this project's value gain, a departure from the paper) decodes faster than EAGLE-1, on "
+                  "this CPU"]
+    assert faster.departure == rival.departure == "this project's value gain"
     assert rival.status == "not reproduced" and "Holm p 0.004" in rival.here
     assert "Clover-2 decodes faster than EAGLE-1" not in found  # "not testable here" only until it is timed
+
+
+def _box(text: str) -> list[str]:
+    """The verdict box's bullets, as a reader sees them (glossary links as their text)."""
+    box = re.sub(r"\{term\}`([^`<]*?)(?: <[^>]*>)?`", r"\1", text.split("```{admonition}")[1].split("```")[0])
+    return [line for line in box.splitlines() if line.startswith("- ")]
+
+
+def test_the_front_page_opens_with_the_abstract_then_the_papers_recipe():
+    text = markdown(RESULTS)
+    assert text.startswith("**In short.**") and text.index("**What held, what did not.**") < text.index("{admonition}")
+    assert "Clover-2 (official recipe) predicts more tokens per step than EAGLE-1" in _box(text)[0]
+    # the paper's recipe before the departure, in the abstract as in the box
+    assert text.index("As the paper specifies it") < text.index("with one departure from the paper")
+    # a departure is named as one wherever it appears: each line naming the value gain says "departure"
+    for line in text.splitlines():
+        if "this project's value gain" in line and not line.startswith("| Clover-2 decodes faster"):
+            assert "departure from the paper" in line, line
+
+
+def _primary(results: Path, official: tuple, departed: tuple) -> None:
+    """A verdicts table with the two primary comparisons: (ratio, lo, hi, verdict) each."""
+    rows = [{"family": "primary", "comparison": f"{arm} / eagle1", "tree": "eagle25", "budget": 600, "ratio": r,
+             "lo": lo, "hi": hi, "p": 0.01, "p_holm": 0.01, "seeds": "5 vs 5", "prompts": 131, "verdict": v}
+            for arm, (r, lo, hi, v) in (("clover2-official", official), ("clover2", departed))]
+    pd.DataFrame(rows).to_csv(results / "study/verdicts.csv", index=False)
+
+
+def test_the_abstract_says_what_the_tables_say(tmp_path):
+    results = _copy(tmp_path)
+    text = markdown(results)  # no verdicts yet
+    assert text.startswith("**In short.**") and "is still training" in text and "For choosing" not in text
+    _primary(results, (0.99, 0.98, 1.005, "not reproduced: equivalent within 3%, the paper's smallest gain excluded"),
+             (1.03, 1.02, 1.04, "reproduced: Clover-2 ahead"))
+    text = markdown(results)
+    assert ("Clover-2 accepted 0.990 times EAGLE-1's tokens per step ({term}`interval` [0.980, 1.005]): **not "
+            "reproduced**; with one departure from the paper, this project's {term}`value gain`, 1.030 times [1.020, "
+            "1.040]: **reproduced**" in text)
+    assert "Clover-2 as published is no better than EAGLE-1" in text
+    assert _box(text)[0].startswith("- **Not reproduced**: Clover-2 (official recipe)")
+    ahead = "reproduced: Clover-2 ahead"
+    _primary(results, (1.04, 1.02, 1.06, ahead), (1.05, 1.03, 1.07, ahead))
+    text = markdown(results)
+    assert "Clover-2 accepted 1.040 times EAGLE-1's tokens per step ({term}`interval` [1.020, 1.060])" in text
+    assert "Clover-2 as published is better than EAGLE-1" in text
+    assert _box(text)[0].startswith("- **Reproduced**: Clover-2 (official recipe) predicts more tokens per step than "
+                                    "EAGLE-1")
+    assert _box(text)[1].startswith("- **Reproduced**, with a departure from the paper (this project's value gain): "
+                                    "Clover-2 predicts")
+    bench = pd.read_csv(results / "cpu/bench/bench.csv")
+    bench.loc[(bench.method == "suffix") & (bench.task == "overall") & (bench.temperature == 0), "speedup"] = 1.5
+    bench.to_csv(results / "cpu/bench/bench.csv", index=False)
+    assert "on a CPU, a suffix cache, which copies from earlier text with no draft, was fastest (1.50x)." in \
+        markdown(results)
+
+
+def test_a_term_is_linked_to_the_glossary_where_it_is_first_used():
+    from clover2.research.claims import link_first_uses
+
+    assert link_first_uses("two seeds, then three seeds", ("seed",)) == "two {term}`seed`s, then three seeds"
+    already = "five {term}`seeds <seed>`, then a seed"
+    assert link_first_uses(already, ("seed",)) == already  # its first use is a link already
+    assert link_first_uses("Holm p 0.01", ("Holm",)) == "{term}`Holm` p 0.01"
+    assert link_first_uses("no such word", ("Holm",)) == "no such word"
+    # a link's target is not a use: "tau" is first shown after it
+    assert link_first_uses("{term}`tokens per step <tau>`, tau 1.7", ("tau",)) == \
+        "{term}`tokens per step <tau>`, {term}`tau` 1.7"

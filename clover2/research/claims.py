@@ -15,6 +15,7 @@ says so, with how far the study is.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,7 +40,15 @@ NAMES = {"clover2-official": "Clover-2 (official recipe)", "clover2": "Clover-2 
          "official-no-projector": "Clover-2 (official) without its output projector",
          "official-1-layer-block": "Clover-2 (official) with a one-layer augmenting block",
          "official-hard-labels": "Clover-2 (official) trained on hard labels"}
+# the arms that depart from the paper's recipe, and how: the front page names the departure wherever they appear
+DEPARTURES = {"clover2": "this project's value gain"}
 NOT_TESTABLE_COST = 1.5  # a CPU where verifying the paper's 26-token tree costs this many plain steps or more
+
+
+def _subject(arm: str) -> str:
+    """An arm named as the subject of a claim: a departure from the paper says so."""
+    name = NAMES.get(arm, arm)
+    return f"{name[:-1]}, a departure from the paper)" if arm in DEPARTURES and name.endswith(")") else name
 
 
 @dataclass(frozen=True)
@@ -49,6 +58,7 @@ class Claim:
     here: str  # this book's evidence
     status: str  # one of STATUSES
     page: str  # the page that shows the evidence
+    departure: str = ""  # how the draft the claim is about departs from the paper (DEPARTURES), if it does
 
 
 def _pct(lo: float, hi: float) -> str:
@@ -111,16 +121,17 @@ def study_claims(results: Path, design: DesignConfig | None = None) -> list[Clai
             x = r.iloc[0]
             here += ": " + reason(x.lo, x.hi, design.margin, design.smallest_claim, design.largest_claim,
                                   NAMES.get(ref, ref)) + (
-                f"; {NAMES.get(arm, arm)}'s learning rate is at the edge of its tuning grid" if arm in edge else "")
-        out.append(Claim(f"{NAMES.get(arm, arm)} predicts more tokens per step than {NAMES.get(ref, ref)}",
-                         f"tau {_pct(taus.tau_ratio.min(), taus.tau_ratio.max())}", here, status, page))
+                "; its learning rate is at the edge of its tuning grid" if arm in edge else "")
+        out.append(Claim(f"{_subject(arm)} predicts more tokens per step than {NAMES.get(ref, ref)}",
+                         f"tau {_pct(taus.tau_ratio.min(), taus.tau_ratio.max())}", here, status, page,
+                         DEPARTURES.get(arm, "")))
     speed = _read(study / "speed" / "paired.csv")
     if not speed.empty:
         speed = speed[(speed.versus.map(arm_of) == ref) & (speed.temperature == 0)].assign(
             arm=lambda d: d.method.map(arm_of)).set_index("arm")
     measured = [a for a in design.primary if a in speed.index]
     here = "the pair's speed on one CPU is measured last (the protocol's order)" if not measured else (
-        " and ".join(f"{NAMES.get(a, a)} {speed.speed_ratio[a]:.3f}x "
+        " and ".join(f"{_subject(a)} {speed.speed_ratio[a]:.3f}x "
                      f"{bracket(speed.speed_ratio_lo[a], speed.speed_ratio_hi[a])}" for a in measured)
         + f" as fast as {NAMES.get(ref, ref)} on one CPU (seed 0's drafts, paired by prompt; intervals over prompts)")
     cpu = _read(study / "speed-cpu" / "claims.csv")  # amendment 1: the claims in their CPU form, once timed
@@ -133,20 +144,22 @@ def study_claims(results: Path, design: DesignConfig | None = None) -> list[Clai
     for x in cpu.itertuples():
         arm, versus = x.comparison.split(" / ")
         rival = NAMES.get(versus, versus)
-        out.append(Claim(f"{NAMES.get(arm, arm)} decodes faster than {rival}, on this CPU",
+        out.append(Claim(f"{_subject(arm)} decodes faster than {rival}, on this CPU",
                          f"speed {_pct(speed_ratio.min(), speed_ratio.max())}" if versus == ref else
                          f"{greedy.min():.2f}-{greedy.max():.2f}x on GPUs",
                          f"{x.ratio:.3f}x {bracket(x.lo, x.hi)} ({x.seeds} seeds, {x.prompts} prompts; the tree "
                          f"measured fastest here, the fastest kernels), Holm p {p_text(x.p_holm)}",
-                         _study_status(x.verdict), page))
+                         _study_status(x.verdict), page, DEPARTURES.get(arm, "")))
     for family, claim in (("architectures", "{a} predicts more tokens per step than {b}"),
                           ("parts", "{b} predicts more tokens per step than {a}")):
         r = rows(family)
         for x in r.itertuples():
-            a, b = (NAMES.get(s, s) for s in x.comparison.split(" / "))
-            text = claim.format(a=a, b=b)
+            first, second = x.comparison.split(" / ")
+            text = claim.format(a=_subject(first), b=_subject(second))
+            departs = DEPARTURES.get(first if family == "architectures" else second, "")
             out.append(Claim(text, "(the paper's premise)" if family == "architectures" else "(its design)",
-                             f"tau ratio {_ratio(x)}, Holm p {p_text(x.p_holm)}", _study_status(x.verdict), page))
+                             f"tau ratio {_ratio(x)}, Holm p {p_text(x.p_holm)}", _study_status(x.verdict), page,
+                             departs))
         decided = {c.split(" / ")[1 if family == "architectures" else 0] for c in r.comparison} if len(r) else set()
         planned = [a for a, s in design.arms.items() if not s.cut and a not in decided
                    and (s.lr_from if family == "parts" else not s.lr_from and a not in (*design.primary, ref))]
@@ -221,43 +234,165 @@ def claims(results: Path) -> list[Claim]:
     return study_claims(results) + cpu_claims(results)
 
 
-def scale(results: Path) -> str:
-    """The scale of this book's evidence beside the paper's, and where its answer could change."""
-    runs, bench = _read(results / "study" / "runs.csv"), _read(results / "cpu" / "bench" / "bench.csv")
-    spread = _read(results / "study" / "spread.csv")
-    compared = DesignConfig.of(load_profile("study")).main  # the budget the drafts are compared at
-    main = runs[(runs.budget == compared) & (runs.share == 1)] if not runs.empty else runs
+def _row(verdicts: pd.DataFrame, family: str, comparison: str) -> pd.Series | None:
+    if verdicts.empty:
+        return None
+    r = verdicts[(verdicts.family == family) & (verdicts.comparison == comparison) & (verdicts.tree == "eagle25")]
+    return None if r.empty else r.iloc[0]
+
+
+def _seeds(text: str) -> str:
+    """'5 vs 5' as '5 seeds each', '5 vs 3' as '5 and 3 seeds'."""
+    counts = str(text).split(" vs ")
+    return (f"{counts[0]} {{term}}`seeds <seed>` each" if len(set(counts)) == 1 else
+            " and ".join(counts) + " {term}`seeds <seed>`")
+
+
+def _times(r: pd.Series) -> str:
+    return f"{r.ratio:.3f} times as many {bracket(r.lo, r.hi)}"
+
+
+def _method_words(method: str) -> str:
+    """A method of the benchmark in plain words, for the abstract."""
+    name = method.split("@")[0]
+    return {"pld": "{dfn}`prompt lookup`, which copies from the prompt with no draft,",
+            "suffix": "a suffix cache, which copies from earlier text with no draft,",
+            "tr": "Token Recycling, which reuses the target's past guesses with no draft,",
+            "ar": "plain decoding"}.get(name, f"`{method}`")
+
+
+def abstract(results: Path, design: DesignConfig | None = None) -> str:
+    """The front page's first paragraphs in plain words, from the same tables as the verdict: what was
+    tested and at what scale, what held and what did not (the paper's recipe first, a departure named
+    as one), and what it means for a reader choosing a draft."""
+    design = design or DesignConfig.of(load_profile("study"))
+    ref = NAMES.get(design.reference, design.reference)
+    study, bench_dir = results / "study", results / "cpu" / "bench"
+    runs, verdicts = _read(study / "runs.csv"), _read(study / "verdicts.csv")
+    bench, curve = _read(bench_dir / "bench.csv"), _read(bench_dir / "cost_curve.csv")
+    main = runs[(runs.budget == design.main) & (runs.share == 1)] if not runs.empty else runs
     tokens = int(main.tokens.iloc[0]) if not main.empty else 0
-    drafts = bench[(bench.task == "overall") & (bench.temperature == 0) & bench.method.str.endswith("@eagle25")]
-    theirs = paper.tau().tau
-    budget = (f"the study's drafts see {tokens:,} answer tokens ({main.epochs.iloc[0]:.1f} epochs), about 1/"
-              f"{paper.PAPER_ANSWER_TOKENS / tokens:,.0f} of the paper's {paper.PAPER_ANSWER_TOKENS / 1e9:.1f} "
-              "billion" if tokens else "the study's drafts are still training")
-    cpu = f"{drafts.tau.min():.2f}-{drafts.tau.max():.2f}"
-    study = spread[(spread.budget == compared) & (spread.share == 1) & (spread.tree == "eagle25")] \
-        if not spread.empty else spread
-    accept = (f"{_span(study.tau)} tokens per step at the paper's 25-node tree in the study ({cpu} after the `cpu` "
-              "profile's 90 steps)" if not study.empty else f"{cpu} tokens per step at the paper's 25-node tree (the "
-              "`cpu` profile)")
-    return (f"**The scale.** The target is SmolLM2-135M-Instruct (fp32) on two CPU cores, not the paper's 7-8B "
-            f"models on GPUs; {budget}. Trained drafts accept {accept}, against {theirs.min():.1f}-"
-            f"{theirs.max():.1f} in the paper. "
-            "The ordering of the drafts is what this scale can test; it could change with a larger target, more "
-            "training data, or a GPU, where verifying a tree of tokens costs about one plain step.")
+    taus = paper.clover2_over_eagle1(paper.tau().assign(source=lambda d: d.target)).tau_ratio
+    official = [a for a in design.primary if a not in DEPARTURES]
+    departed = [a for a in design.primary if a in DEPARTURES]
+    rows = {a: _row(verdicts, "primary", f"{a} / {design.reference}") for a in design.primary}
+    decided = [r for r in rows.values() if r is not None]
+
+    seeds = f" ({_seeds(decided[0].seeds)})" if decided else ""
+    data = f", with 1/{paper.PAPER_ANSWER_TOKENS / tokens:,.0f} of its data" if tokens else ""
+    prompts = f" and {int(decided[0].prompts)} held-out prompts" if decided else ""
+    tested = (
+        "**In short.** In {dfn}`speculative decoding` a small {term}`draft` model guesses the next tokens and the "
+        "{term}`target` checks them in one pass, its output unchanged. In the paper, "
+        f"{{term}}`Clover-2` accepts {100 * (taus.min() - 1):.0f}-{100 * (taus.max() - 1):.0f}% more "
+        "{term}`tokens per step <tau>` than {term}`EAGLE-1` on 7-8B targets. This book trained both"
+        f"{seeds} for SmolLM2-135M-Instruct on 2 CPU cores{data}{prompts}.")
+
+    held = []
+    for i, arm in enumerate(official + departed):
+        r = rows[arm]
+        how = ("as the paper specifies it, Clover-2" if arm not in DEPARTURES else
+               f"with one departure from the paper, {link_first_uses(DEPARTURES[arm], ('value gain',))},"
+               + ("" if held else " Clover-2"))
+        held.append(f"{how} is still training" if r is None else
+                    (f"{how} accepted {r.ratio:.3f} times {ref}'s tokens per step ({{term}}`interval` "
+                     f"{bracket(r.lo, r.hi)})" if not held else f"{how} {r.ratio:.3f} times {bracket(r.lo, r.hi)}")
+                    + f": **{_study_status(r.verdict)}**")
+    what = "**What held, what did not.** " + "; ".join(held)[:1].upper() + "; ".join(held)[1:] + "."
+    drafts = bench[(bench.task == "overall") & (bench.temperature == 0) & bench.method.str.endswith("@eagle25")] \
+        if not bench.empty else bench
+    if not drafts.empty and not curve.empty:
+        cost = float(np.interp(26, curve.n_tokens, curve.relative))
+        what += (f" On a CPU, where checking the paper's {{term}}`25-node tree` costs {cost:.1f} plain steps, the "
+                 f"trained drafts ran at {_span(drafts.speedup)}x {{term}}`plain decoding`'s speed"
+                 + (": the paper's GPU speed-ups are not testable here." if cost >= NOT_TESTABLE_COST else "."))
+    if decided and len(rows) == len(decided) and official:
+        r = rows[official[0]]
+        better = _study_status(r.verdict) == "reproduced"
+        what += (f" **For choosing a draft:** at this scale, Clover-2 as published is "
+                 f"{'better than' if better else 'no better than'} {ref}")
+        overall = bench[(bench.task == "overall") & (bench.temperature == 0)] if not bench.empty else bench
+        if not overall.empty:
+            best = overall.loc[overall.speedup.idxmax()]
+            what += f"; on a CPU, {_method_words(best.method)} was fastest ({best.speedup:.2f}x)"
+        what += "."
+    return f"{tested}\n\n{what}"
+
+
+def _group_order(rows: list[Claim]):
+    """The verdict box's groups of (status, departure): the group of the first claim (the paper's recipe
+    against the reference) first, then by status, each departure after its status's plain group."""
+    groups = list(dict.fromkeys((c.status, c.departure) for c in rows))
+    first = (rows[0].status, rows[0].departure) if rows else None
+    return sorted(groups, key=lambda g: (g != first, STATUSES.index(g[0]), bool(g[1])))
+
+
+def _box_text(c: Claim) -> str:
+    """A claim as the verdict box lists it: a departure is named by its group's lead, so not again."""
+    text = c.claim
+    for arm in DEPARTURES:
+        text = text.replace(_subject(arm), "Clover-2") if DEPARTURES[arm] == c.departure else text
+    return text
+
+
+def _lower(text: str) -> str:
+    """A claim in the middle of a sentence: a first word of plain letters lower-cased ("Each", not "EAGLE-1")."""
+    first = text.split(" ")[0]
+    return text[0].lower() + text[1:] if first[1:].islower() and first.isalpha() else text
+
+
+def _merged(texts: list[str]) -> list[str]:
+    """Consecutive claims that start alike, as one: "A beats B" and "A beats C" as "A beats B and C"
+    (at least two words in common, no parenthesis left open)."""
+    groups: list[tuple[list[str], list[str]]] = []  # the words in common, and each claim's rest
+    for text in texts:
+        words = text.split(" ")
+        if groups:
+            head, tails = groups[-1]
+            if len(tails) == 1:  # a claim alone: share as many words with it as there are
+                whole = head + tails[0].split(" ")
+                n = next((i for i, (a, b) in enumerate(zip(whole, words)) if a != b), min(len(whole), len(words)))
+                shared = " ".join(words[:n])
+                if 2 <= n < min(len(whole), len(words)) and shared.count("(") == shared.count(")"):
+                    groups[-1] = (words[:n], [" ".join(whole[n:]), " ".join(words[n:])])
+                    continue
+            elif words[:len(head)] == head and len(words) > len(head):
+                tails.append(" ".join(words[len(head):]))
+                continue
+        groups.append(([], [text]))
+    return [" ".join(head + [", ".join(tails[:-1]) + " and " + tails[-1] if len(tails) > 1 else tails[0]])
+            for head, tails in groups]
+
+
+# terms the front page links to the glossary at their first use (beside those the abstract links itself)
+FIRST_USE = ("tau", "official recipe", "Medusa-1", "EAGLE-3", "Clover-1", "Holm", "T = 0", "T = 1", "seed", "lossless",
+             "25-node tree")
+
+
+def link_first_uses(text: str, terms=FIRST_USE) -> str:
+    """Each of `terms` linked to its glossary entry where it is first used in `text`, unless that first
+    use already is a link or a definition (inside a role's backticks)."""
+    for term in terms:
+        shown = re.sub(r"<[^`<>]*>`", lambda m: " " * len(m.group()), text)  # a role's target is not shown
+        m = re.search(rf"(?<![\w-]){re.escape(term)}(?=s?(?![\w-]))", shown)
+        if m and text[m.start() - 1] not in "`<":
+            text = f"{text[:m.start()]}{{term}}`{term}`{text[m.end():]}"
+    return text
 
 
 def markdown(results: Path) -> str:
-    """The scale, the verdict box (the claims grouped by status), then the claims table."""
+    """The abstract, the verdict box (the claims grouped by status, the paper's recipe first, a departure
+    from the paper in a group of its own), then the claims table."""
     rows = claims(results)
-    lines = [scale(results), "", "```{admonition} The verdict, claim by claim", ":class: verdict", ""]
-    for status in STATUSES:
-        mine = [c.claim for c in rows if c.status == status]
-        if mine:
-            lines.append(f"- **{status.capitalize()}**: {'; '.join(mine)}.")
+    lines = [abstract(results), "", "```{admonition} The verdict, claim by claim", ":class: verdict", ""]
+    for status, departure in _group_order(rows):
+        mine = _merged([_box_text(c) for c in rows if (c.status, c.departure) == (status, departure)])
+        lead = f"**{status.capitalize()}**" + (f", with a departure from the paper ({departure})" if departure else "")
+        lines.append(f"- {lead}: {'; '.join([mine[0]] + [_lower(m) for m in mine[1:]])}.")
     lines += ["```", "",
               "| the paper's claim | the paper | this book | status |", "|---|---|---|---|"]
     lines += [f"| {c.claim} | {c.paper} | {c.here} ({{doc}}`source <{c.page}>`) | **{c.status}** |" for c in rows]
-    return "\n".join(lines) + "\n"
+    return link_first_uses("\n".join(lines)) + "\n"
 
 
 def speeds(results: Path, draft: str = "clover2") -> str:
