@@ -402,11 +402,12 @@ def machine_time(runs: pd.DataFrame, sittings: pd.DataFrame, main: int) -> pd.Da
 
 def machine_text(table: pd.DataFrame) -> str:
     """`machine_time` in words, for the results page's first paragraph."""
-    def one(r) -> str:  # a CPU may have sittings and no runs (one that only replayed or timed)
+    def one(r) -> str:  # a CPU may have logged time and no runs (one that only replayed or timed)
         trained = ("no runs trained" if pd.isna(r.runs)
                    else f"{int(r.runs)} runs trained in {r.training_hours:.1f} hours")
         logged = "" if pd.isna(r.get("sittings", np.nan)) else (
-            f", {int(r.sittings)} sitting{'s' * (r.sittings != 1)} of {r.sitting_hours:.1f} hours in all")
+            f", {int(r.sittings)} stretch{'es' * (r.sittings != 1)} of `clover2 study run`, {r.sitting_hours:.1f} "
+            "hours in all")
         return f"{r.cpu}, {trained}{logged}"
     return "; ".join(one(r) for _, r in table.iterrows())
 
@@ -676,7 +677,7 @@ def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataF
     lines = ["# The designed study: results", "",
              f"Generated from `results/study/runs.csv` and `replays.csv` by `clover2 study report`. {progress} "
              f"Trained in fp32, code at {commits} (each run's in `runs.csv`), on {machine} (wall clock: "
-             "`runs.csv`, and the sittings of `clover2 study run`, logged in `sittings.csv` since 2026-12-04). "
+             "`runs.csv`, and each stretch of `clover2 study run`, logged in `sittings.csv` since 2026-12-04). "
              f"The protocol is {{doc}}`../../book/protocol`.", ""]
     if not amended:
         lines += ["Amendment 1's learning-rate grids are still running, so every reading below is made by the "
