@@ -12,8 +12,8 @@ page of the table of contents at a laptop's width and the check fails on
   checked);
 - a figure with text drawn over other text (its PNG records the overlaps, `OVERLAP_KEY`);
 - a results page (under results/) without a figure or a table, or with almost no text;
-- a front page whose scale and verdict (the `verdict` admonition) do not end within the first
-  1366x900 screen;
+- a front page whose abstract (the paragraphs from "In short.") and verdict (the `verdict`
+  admonition) do not end within the first 1366x900 screen;
 - one quantity with two values: a method's speed over plain decoding (a table cell "1.19x [1.08,
   1.33]" or "1.19 [1.08, 1.33]" in a column about speed, not "speed over" another method) that
   differs between two pages;
@@ -22,6 +22,17 @@ page of the table of contents at a laptop's width and the check fails on
 - a page over `MAX_SCREENS` screens that is not a reference page, and a book over `BOOK_SCREENS`
   screens;
 - a figure an executed notebook references that is missing or empty (checked without a browser).
+
+Without a browser, from the built HTML, it also fails on
+
+- a word of a project tracker's in the prose ("session", "sitting", "harness", "ticket", "issue #"),
+  code and program output aside: a research report says what was done, not how the work was
+  organized;
+- raw pandas output: a DataFrame's own HTML table, its or a Series' text repr in an output, or a
+  truncation line;
+- a term used on the front page before it is defined: every glossary term and every word of `JARGON`
+  that the front page uses must, where it is first used, link to its glossary entry (`{term}`) or be
+  defined there (`{dfn}`).
 
 Needs Chromium (`apt-get install chromium` on Debian); without it only the file checks run.
 """
@@ -38,6 +49,7 @@ import tempfile
 from pathlib import Path
 
 import yaml
+from bs4 import BeautifulSoup
 from PIL import Image
 
 from clover2.research.figures import FONT_KEY, MIN_PT, OVERLAP_KEY
@@ -45,7 +57,15 @@ from clover2.research.figures import FONT_KEY, MIN_PT, OVERLAP_KEY
 HTML = Path("_build/html")
 WIDTH = 1366  # a laptop browser window
 SCREEN_HEIGHT = 900  # its first screen
-FRONT = "book/intro.html"  # the front page: its scale and verdict come first
+FRONT = "book/intro.html"  # the front page: its abstract and verdict come first
+GLOSSARY = "book/glossary.html"
+# words a reader who has not read the paper needs defined, glossary entries or not: the front page
+# defines each where it first uses it (its glossary terms are checked too)
+JARGON = ("speculative decoding", "target", "draft", "step", "tau", "τ", "tokens per step", "plain decoding",
+          "lossless", "value gain", "seed", "interval", "Holm", "25-node tree", "T = 0", "T = 1", "Clover-2",
+          "Clover-1", "EAGLE-1", "EAGLE-3", "Medusa-1", "prompt lookup", "official recipe", "annealed")
+# a project tracker's words, not a research report's (matched as whole words, any case)
+TRACKER = re.compile(r"\b(?:sessions?|sittings?|harness(?:es)?|tickets?)\b|\bissue\s*#", re.IGNORECASE)
 MAX_SCREENS = 5  # a page longer than this is too long to read, unless it is a reference page
 REFERENCE = {"book/method.html", "book/glossary.html", "book/checklist.html",
              "book/protocol.html", "results/study/README.html"}
@@ -66,8 +86,11 @@ PROBE = """<script>window.addEventListener('load', () => {
     if (!i.complete || i.naturalWidth === 0) found.broken.push(i.getAttribute('src')); });
   const verdict = document.querySelector('.verdict');
   found.verdict_bottom = verdict ? verdict.getBoundingClientRect().bottom + window.scrollY : null;
-  const scale = Array.from(main.querySelectorAll('p')).find(p => p.innerText.startsWith('The scale.'));
-  found.scale_bottom = scale ? scale.getBoundingClientRect().bottom + window.scrollY : null;
+  const paras = Array.from(main.querySelectorAll('p'));
+  const first = paras.findIndex(p => p.innerText.startsWith('In short.'));  // the abstract: up to the verdict
+  const abstract = first < 0 ? null : paras.slice(first).filter(p => !verdict || (verdict.compareDocumentPosition(p)
+    & Node.DOCUMENT_POSITION_PRECEDING)).pop();
+  found.abstract_bottom = abstract ? abstract.getBoundingClientRect().bottom + window.scrollY : null;
   found.height = document.documentElement.scrollHeight;
   found.dataframes = main.querySelectorAll('table.dataframe').length;
   found.truncated = (main.innerText.match(/\\d+ rows × \\d+ columns/g) || []).slice(0, 3);
@@ -155,7 +178,7 @@ def check_page(name: str, found: dict) -> list[str]:
     if found["dataframes"] or found["truncated"] or found["nan"]:
         problems.append(f"{name}: raw pandas output ({found['dataframes']} DataFrame tables, truncated: "
                         f"{found['truncated']}, {found['nan']} NaN or '...' cells)")
-    for what in ("scale", "verdict") if name == FRONT else ():
+    for what in ("abstract", "verdict") if name == FRONT else ():
         bottom = found[f"{what}_bottom"]
         if bottom is None or bottom > SCREEN_HEIGHT:
             where = "none" if bottom is None else f"it ends at {bottom:.0f}px"
@@ -195,12 +218,99 @@ def notebook_figures(name: str) -> list[str]:
     return problems
 
 
+def _article(page_html: str):
+    """The page's own text (its `article`), without code, program output, scripts or the page title."""
+    soup = BeautifulSoup(page_html, "html.parser")
+    article = soup.find("article") or soup.body or soup
+    for tag in article.find_all(["script", "style", "pre", "code", "h1"]):
+        tag.decompose()
+    return article
+
+
+def tracker_words(name: str, page_html: str) -> list[str]:
+    """A project tracker's words in a page's prose (code and program output aside)."""
+    text = " ".join(_article(page_html).get_text(" ").split())
+    found = []
+    for m in TRACKER.finditer(text):
+        found.append(f"{name}: a tracker's word in the prose, \"{m.group(0)}\": "
+                     f"...{text[max(0, m.start() - 50):m.end() + 30]}...")
+    return found[:5]
+
+
+PANDAS_TEXT = re.compile(r"\[\d+ rows x \d+ columns\]|\d+ rows × \d+ columns|^(?:Name: .*, )?dtype: \w+$", re.M)
+
+
+def looks_like_dataframe(text: str) -> bool:
+    """A DataFrame's or a Series' text repr (what `print(df)` writes): its truncation or dtype line, or a
+    header indented by the index's width over rows that each start with an index label, every line
+    ending in the same column (pandas right-aligns the columns)."""
+    if PANDAS_TEXT.search(text):
+        return True
+    lines = [line for line in text.splitlines() if line.strip()]
+    if len(lines) < 3 or not lines[0].startswith(" "):
+        return False
+    width = max(set(map(len, lines)), key=[len(line) for line in lines].count)  # most lines end here
+    rows = [line for line in lines[1:] if len(line) == width and re.match(r"^\S+\s+\S", line)]
+    return len(rows) >= 2 and len(rows) + 2 >= len(lines)  # a header of one or two lines, then the rows
+
+
+def raw_pandas(name: str, page_html: str) -> list[str]:
+    """Raw pandas output on a page, found in its HTML: a DataFrame's own table, or a text repr in a
+    notebook's output."""
+    soup = BeautifulSoup(page_html, "html.parser")
+    problems = [f"{name}: raw pandas output (a DataFrame's own HTML table)"] if soup.select("table.dataframe") else []
+    for out in soup.select("div.cell_output pre, div.output pre"):
+        if looks_like_dataframe(out.get_text()):
+            problems.append(f"{name}: raw pandas output (a DataFrame's text): {out.get_text()[:60]!r}")
+    return problems
+
+
+def glossary_terms(glossary_html: str) -> list[str]:
+    """The terms the glossary defines (its `{glossary}` entries)."""
+    soup = BeautifulSoup(glossary_html, "html.parser")
+    return [" ".join(dt.get_text(" ").split()) for dt in soup.select("dl.glossary dt")]
+
+
+def undefined_terms(front_html: str, terms) -> list[str]:
+    """The terms (`terms`: the glossary's and `JARGON`) the front page uses before it defines them: the
+    first use of each must be inside a link to the glossary or a definition (`{dfn}`)."""
+    article = _article(front_html)
+    text, defining = "", []  # the page's text, and the spans of it that define a term
+    for node in article.find_all(string=True):
+        start = len(text)
+        text += str(node) + " "
+        if any(p.name == "a" and "glossary.html#term-" in p.get("href", "") or "dfn" in (p.get("class") or [])
+               for p in node.parents):
+            defining.append((start, len(text)))
+    problems = []
+    for term in dict.fromkeys(terms):
+        m = re.search(rf"(?<![\w-]){re.escape(term)}(?:s|es)?(?![\w-])", text, re.IGNORECASE)
+        if m and not any(a <= m.start() < b for a, b in defining):
+            problems.append(f"{FRONT}: \"{term}\" used before it is defined (no glossary link or definition at "
+                            f"its first use: ...{' '.join(text[max(0, m.start() - 60):m.end() + 20].split())}...)")
+    return problems
+
+
+def prose_checks(names: list[str]) -> list[str]:
+    """The checks that need no browser, on the built pages `names`: tracker words, raw pandas output
+    and, on the front page, terms used before they are defined."""
+    problems = []
+    for n in names:
+        page = (HTML / n).read_text()
+        problems += tracker_words(n, page) + raw_pandas(n, page)
+    if FRONT in names:
+        glossary = (HTML / GLOSSARY).read_text() if (HTML / GLOSSARY).exists() else ""
+        problems += undefined_terms((HTML / FRONT).read_text(), [*JARGON, *glossary_terms(glossary)])
+    return problems
+
+
 def main() -> int:
     names = pages()
     problems = [f"{n}: not built" for n in names if not (HTML / n).exists()]
     names = [n for n in names if (HTML / n).exists()]
     for n in names:
         problems += notebook_figures(n)
+    problems += prose_checks(names)
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     if browser is None:
         print("book check: chromium not found, pages not opened (Debian: apt-get install chromium)")
