@@ -113,3 +113,17 @@ def test_a_term_used_before_it_is_defined_fails_the_front_page(body):
 def test_the_title_and_code_do_not_count_as_uses():
     front = _page(f"<p><code>tau</code> then {_term('tau', 'tau')}</p>").replace("<h1>Title</h1>", "<h1>tau</h1>")
     assert book_check.undefined_terms(front, ["tau"]) == []
+
+
+def test_the_books_markdown_sources_have_no_tracker_words():
+    """The same rule on the pages written or generated as Markdown, without a build: prose only (code
+    spans and blocks aside)."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).parents[1]
+    pages = [root / f"{p[:-5]}.md" for p in book_check.pages() if (root / f"{p[:-5]}.md").exists()]
+    assert len(pages) > 5
+    for page in pages:
+        prose = re.sub(r"```.*?```|`[^`]*`", " ", page.read_text(), flags=re.S)
+        assert not book_check.TRACKER.findall(prose), page
