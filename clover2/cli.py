@@ -203,13 +203,16 @@ def generate_spec(method: str, *, tree: str | None = None, draft: Path | None = 
     `--draft`, the older spelling, fill in what the method leaves out (giving both ways is an error)."""
     from dataclasses import replace
 
-    from clover2.drafts.methods import HF_METHODS, TREE_METHODS, MethodSpec, parse_tree
+    from clover2.drafts.methods import ENGINE_METHODS, HF_METHODS, TREE_METHODS, MethodSpec, parse_tree
 
     head, _, path = method.partition("=")
     if "/" in head or "!" in head:
         raise Clover2Error(f"--method {method}: generate takes the temperature from --temperature and runs the "
                            "eager engine; write NAME[@TREE][=DRAFT]")
     spec = MethodSpec.parse(method)
+    if spec.name in ENGINE_METHODS:
+        raise Clover2Error(f"--method {spec.name}: llama.cpp's methods run in `clover2 bench --llama-cpp PATH`, "
+                           "beside clover2's own")
     if spec.name in HF_METHODS:
         raise Clover2Error(f"--method {spec.name}: Hugging Face generate is the benchmark's reference, not a method "
                            "of clover2 generate")
@@ -240,6 +243,8 @@ def generate_spec(method: str, *, tree: str | None = None, draft: Path | None = 
                                "fitted; ENGINE: static or graphs (CUDA graphs on a GPU)"),
          arg("--drafts", type=Path, help="folder with one trained draft per architecture "
                                          "(default: $CLOVER2_CACHE/drafts/<profile>)"),
+         arg("--llama-cpp", type=Path, help="a llama.cpp source tree with llama-server built: runs the methods "
+                                            "llama.cpp, llama.cpp+pld@chainK and llama.cpp+eagle3@chainK=DRAFT"),
          arg("--out", type=Path, required=True, help="folder for bench.csv, runs.csv, env.json"))
 def _bench(args):
     from dataclasses import replace
@@ -250,7 +255,8 @@ def _bench(args):
     profile = _profile(args)
     split = lambda text: tuple(x.strip() for x in text.split(",") if x.strip())  # noqa: E731
     tasks = split(args.tasks) if args.tasks else (str(args.prompts),) if args.prompts else None
-    overrides = {"tasks": tasks, "methods": split(args.methods) if args.methods else None}
+    overrides = {"tasks": tasks, "methods": split(args.methods) if args.methods else None,
+                 "llama_cpp": str(args.llama_cpp) if args.llama_cpp else None}
     config = replace(profile.bench, **{k: v for k, v in overrides.items() if v is not None})
     target = profile.load_target(adapter=args.adapter, kernels=args.kernels)
     drafts = args.drafts or cache_root() / "drafts" / profile.name

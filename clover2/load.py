@@ -31,9 +31,26 @@ def _machine_busy_s() -> tuple[float, int] | None:
     return busy / os.sysconf("SC_CLK_TCK"), cpus
 
 
+_HELPERS: set[int] = set()  # processes a benchmark started (an engine's server): their CPU time is its own
+
+
+def count_as_own(pid: int, *, forget: bool = False) -> None:
+    """Count process `pid`'s CPU time as this process's own (or stop counting it) in `other_share`."""
+    (_HELPERS.discard if forget else _HELPERS.add)(pid)
+
+
+def _cpu_s(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rpartition(")")[2].split()  # after the command name, which may hold spaces
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
 def _own_s() -> float:
     t = os.times()
-    return t.user + t.system + t.children_user + t.children_system
+    return t.user + t.system + t.children_user + t.children_system + sum(_cpu_s(p) for p in _HELPERS)
 
 
 @dataclass(frozen=True)

@@ -64,7 +64,11 @@ def test_the_eagle3_formats_hold_what_engines_read(tiny, tmp_path):
         export_draft(model, tiny, tmp_path / fmt, fmt)
     forge = json.loads((tmp_path / "specforge" / "config.json").read_text())
     assert forge["architectures"] == ["LlamaForCausalLMEagle3"] and forge["num_hidden_layers"] == 1
-    assert forge["draft_vocab_size"] == 48 and len(forge["eagle_config"]["eagle_aux_hidden_state_layer_ids"]) == 3
+    assert forge["draft_vocab_size"] == 48
+    # SpecForge and SGLang name the layers whose outputs are read; vLLM, speculators and llama.cpp (and
+    # clover2) the layers whose inputs are: the same three hidden states, numbered one apart
+    outputs_of = forge["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
+    assert [i + 1 for i in outputs_of] == list(model.hidden_layers)
     config = LlamaConfig(**{k: v for k, v in forge.items() if k != "eagle_config"})  # as SGLang reads it
     assert config.attention_bias == (tiny.config.model_type == "qwen2")
     w = load_file(tmp_path / "specforge" / "model.safetensors")
@@ -76,6 +80,7 @@ def test_the_eagle3_formats_hold_what_engines_read(tiny, tmp_path):
     spec = json.loads((tmp_path / "speculators" / "config.json").read_text())
     assert spec["speculators_model_type"] == "eagle3" and spec["speculators_config"]["verifier"]["name_or_path"]
     assert spec["transformer_layer_config"]["num_hidden_layers"] == 1
+    assert spec["eagle_aux_hidden_state_layer_ids"] == list(model.hidden_layers)  # inputs of these layers
     assert "layers.0.hidden_norm.weight" in load_file(tmp_path / "speculators" / "model.safetensors")
 
 

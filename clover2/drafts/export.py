@@ -4,10 +4,13 @@ Formats (`FORMATS`: name -> the architecture it carries):
 
 - `specforge`: EAGLE-3 as SpecForge trains it and SGLang serves it (`LlamaForCausalLMEagle3`, one
   decoder layer `midlayer.*`, its own `norm` and `lm_head` over the draft vocabulary, `d2t` as the
-  offset from draft id to target id and `t2d` as the target ids it keeps); llama.cpp's
-  `convert_hf_to_gguf.py` reads it too.
+  offset from draft id to target id and `t2d` as the target ids it keeps). Its
+  `eagle_aux_hidden_state_layer_ids` name the layers whose *outputs* are read (SGLang captures the
+  input of layer id + 1), one less than the layers whose inputs clover2 reads.
 - `speculators`: EAGLE-3 in the `speculators` layout (`speculators_model_type: eagle3`, the decoder
-  layer's config under `transformer_layer_config`, weights `layers.0.*`), with its verifier named.
+  layer's config under `transformer_layer_config`, weights `layers.0.*`), with its verifier named;
+  its layer ids name the layers whose *inputs* are read (as vLLM and llama.cpp read them), as
+  clover2's do. llama.cpp's `convert_hf_to_gguf.py --target-model-dir` converts this layout.
 - `eagle`: EAGLE-1 in the original (yuhuili) layout that vLLM's `method: eagle` and SGLang's EAGLE
   load: `fc` over [E(x); f] and `layers.0.*` without an input norm, the target's LM head read by the
   engine. A draft vocabulary has no place in that layout: its target ids go to
@@ -144,7 +147,7 @@ def _config(model: DraftModel, target: Target, fmt: str) -> dict:
     if fmt == "specforge":
         return layer | {"architectures": ["LlamaForCausalLMEagle3"], "draft_vocab_size": len(model.d2t),
                         "target_model_type": text.model_type, "target_hidden_size": text.hidden_size,
-                        "eagle_config": {"eagle_aux_hidden_state_layer_ids": layers_read}}
+                        "eagle_config": {"eagle_aux_hidden_state_layer_ids": [i - 1 for i in layers_read]}}
     return {"architectures": ["Eagle3Speculator"], "speculators_model_type": "eagle3", "speculators_version": "0.9.0",
             "transformer_layer_config": layer, "draft_vocab_size": len(model.d2t), "norm_before_residual": False,
             "target_hidden_size": text.hidden_size, "eagle_aux_hidden_state_layer_ids": layers_read,

@@ -10,7 +10,9 @@ cache, prompt lookup and the draft in one tree, `clover2.decoding.union`; one so
 temperature > 0). Draft methods take a tree: a static preset (`eagle25`, `medusa63`, `chainK`),
 EAGLE-2's dynamic tree `dynamic:BUDGET:DEPTH:TOPK`, or `fitted` (the dynamic tree, and for a union
 each copy source's budget, fitted to the machine by `clover2.measure.fit`, benchmark only).
-`!ENGINE` runs the target (and the draft, where it can) on another engine of
+`llama.cpp`, `llama.cpp+pld@chainK` and `llama.cpp+eagle3@chainK` (benchmark only, greedy) are
+llama.cpp's server: its plain decoding, its prompt lookup and a trained EAGLE-3 draft converted for
+it (`clover2.measure.engine`). `!ENGINE` runs the target (and the draft, where it can) on another engine of
 `clover2.decoding.cache`: `!static` (a preallocated KV cache at bucketed shapes) or `!graphs` (the
 same, replayed as CUDA graphs on a GPU); without it, the eager reference.
 """
@@ -43,11 +45,13 @@ HF_METHODS = ("hf", "hf-pld")  # Hugging Face generate, for reference
 HYBRIDS = {f"{copy}+{arch}": copy for copy in ("pld", "suffix") for arch in ARCHITECTURES}
 UNIONS = tuple(f"union+{arch}" for arch in ARCHITECTURES)  # copying and the draft in one tree
 TREE_METHODS = (*ARCHITECTURES, *HYBRIDS, *UNIONS, "tr")  # the names that take a tree
+# llama.cpp's server (clover2.measure.engine): plain, prompt lookup and EAGLE-3, the last two with a chain
+ENGINE_METHODS = ("llama.cpp", "llama.cpp+pld", "llama.cpp+eagle3")
 DEFAULT_TREE = "eagle25"
 
 
 def method_names() -> tuple[str, ...]:
-    return (*BASELINES, "suffix", "tr", *HF_METHODS, *ARCHITECTURES, *HYBRIDS, *UNIONS)
+    return (*BASELINES, "suffix", "tr", *HF_METHODS, *ARCHITECTURES, *HYBRIDS, *UNIONS, *ENGINE_METHODS)
 
 
 @dataclass(frozen=True)
@@ -70,9 +74,11 @@ class MethodSpec:
         name, _, tree = rest.partition("@")
         if name not in method_names():
             raise Clover2Error(f"unknown method {name!r} in {spec!r}; known: {', '.join(method_names())}")
-        if bang and name in HF_METHODS:
-            raise Clover2Error(f"{spec!r}: Hugging Face generate runs its own engine; "
-                               f"'!{engine}' is for clover2's loop")
+        if bang and name in (*HF_METHODS, *ENGINE_METHODS):
+            raise Clover2Error(f"{spec!r}: {'llama.cpp' if name in ENGINE_METHODS else 'Hugging Face generate'} "
+                               f"runs its own engine; '!{engine}' is for clover2's loop")
+        if name in ENGINE_METHODS:
+            return cls._engine(spec, name, tree, temp, path)
         if tree and name not in TREE_METHODS:
             raise Clover2Error(f"{spec!r}: only draft methods ({', '.join(ARCHITECTURES)}, pld+ARCH, suffix+ARCH, "
                                "union+ARCH) and tr take a tree")
@@ -88,6 +94,22 @@ class MethodSpec:
             parse_tree(tree)  # a bad tree fails here, not hours later
         return cls(name, tree or (DEFAULT_TREE if name in TREE_METHODS else ""), temperature,
                    Path(path) if path else None, engine or "eager", Path(path).name if path else "")
+
+    @classmethod
+    def _engine(cls, spec: str, name: str, tree: str, temperature: str, path: str) -> MethodSpec:
+        """A llama.cpp method: greedy; a chain of K tokens for prompt lookup and EAGLE-3 (default 3, the
+        engine's own default), none for plain decoding; EAGLE-3's trained draft folder after '='."""
+        if temperature and temperature.strip() not in ("0", "0.0"):
+            raise Clover2Error(f"{spec!r}: the llama.cpp methods are measured greedy (no '/TEMPERATURE')")
+        if name == "llama.cpp" and (tree or path):
+            raise Clover2Error(f"{spec!r}: llama.cpp's plain decoding takes no tree and no draft")
+        tree = tree or "chain3"
+        if name != "llama.cpp" and not (tree.startswith("chain") and tree[5:].isdigit() and int(tree[5:]) >= 1):
+            raise Clover2Error(f"{spec!r}: llama.cpp verifies chains, not trees: write @chainK (K >= 1)")
+        if path and name != "llama.cpp+eagle3":
+            raise Clover2Error(f"{spec!r}: only llama.cpp+eagle3 takes a draft")
+        return cls(name, "" if name == "llama.cpp" else tree, 0.0, Path(path) if path else None, "eager",
+                   Path(path).name if path else "")
 
     @property
     def label(self) -> str:

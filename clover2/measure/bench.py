@@ -16,6 +16,7 @@ import time
 import warnings
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -36,11 +37,12 @@ from clover2.decoding.union import Union
 from clover2.drafts.base import DraftModel
 from clover2.drafts.checkpoint import DRAFT_WEIGHTS, SIDECAR
 from clover2.drafts.drafter import DynamicTree
-from clover2.drafts.methods import HF_METHODS, UNIONS, MethodSpec, drafter_factory, load_draft_for
+from clover2.drafts.methods import ENGINE_METHODS, HF_METHODS, UNIONS, MethodSpec, drafter_factory, load_draft_for
 from clover2.errors import Clover2Error
 from clover2.files import write_csv, write_json
 from clover2.load import CONTENDED_SHARE, mark, other_share
 from clover2.measure.bandwidth import bandwidth_floor
+from clover2.measure.engine import LlamaCpp, engine_methods
 from clover2.measure.fit import (
     FitConfig,
     calibrate,
@@ -51,37 +53,8 @@ from clover2.measure.fit import (
     source_acceptance,
 )
 from clover2.measure.provenance import environment
+from clover2.measure.runs import Method, Run
 from clover2.training.tasks import SPEC_BENCH_TASKS, load_task
-
-
-@dataclass(frozen=True)
-class Run:
-    output_ids: list[int]
-    seconds: float
-    accept_lengths: list[int] | None  # None for methods that do not report steps (HF generate)
-    draft_s: float = 0.0
-    decode_s: float = float("nan")  # the steps' time: `seconds` less the prefill (unknown for HF generate)
-    accepted: dict[str, int] | None = None  # hybrids and unions: accepted draft tokens per source (Union.accepted)
-
-
-@dataclass(frozen=True)
-class Method:
-    """One benchmarked method: its spec and the function generating an answer to a prompt."""
-
-    spec: MethodSpec
-    run: Callable[[list[int]], Run]
-    # an untimed run that leaves the drafters' memories (clover2.decoding.drafter.Memory) as they were
-    # before it; None: `run` (a method that remembers nothing across prompts)
-    warm_up: Callable[[list[int]], Run] | None = None
-    draft_weights: str = ""  # the draft's precision (float or int8); "" for methods without a draft
-
-    @property
-    def label(self) -> str:
-        return self.spec.label
-
-    @property
-    def temperature(self) -> float:
-        return self.spec.temperature
 
 
 def make_method(spec: MethodSpec | str, target: Target, config: DecodeConfig, *, draft: DraftModel | None = None,
@@ -133,7 +106,8 @@ def interleaved(methods: list[Method], prompts: dict[str, list[int]], *, repeats
     of each method on the first prompt is excluded (it also captures the graphs of `!graphs`), and
     leaves nothing in what drafters remember across prompts (`Method.warm_up`), so that the first
     prompt's timed run does not find its own answer there. `identical` says whether a greedy
-    method's output equals plain greedy decoding's; `other_load` is the share of the machine's CPUs
+    method's output equals its reference's (`Method.reference`: plain greedy decoding, or an engine's
+    own); `other_load` is the share of the machine's CPUs
     other processes used during that prompt; `draft_weights` is the draft's precision; hybrids and
     unions add `accepted_<source>`, the accepted draft tokens each source proposed.
     """
@@ -143,6 +117,9 @@ def interleaved(methods: list[Method], prompts: dict[str, list[int]], *, repeats
     for t in {m.temperature for m in methods}:
         if ("ar", t) not in labels:
             raise Clover2Error(f"methods at temperature {t} need the reference 'ar' at that temperature")
+    for m in methods:
+        if (m.reference, m.temperature) not in labels:
+            raise Clover2Error(f"{m.label} is checked against {m.reference}, which the run does not have")
     first = next(iter(prompts.values()))
     for m in methods:
         (m.warm_up or m.run)(first)
@@ -160,6 +137,7 @@ def interleaved(methods: list[Method], prompts: dict[str, list[int]], *, repeats
         for m in methods:
             run, peak = runs[m.label, m.temperature]
             ref = runs["ar", m.temperature][0]
+            same = runs[m.reference, m.temperature][0]
             n = len(run.output_ids)
             rows.append({"method": m.label, "tree": m.spec.tree, "temperature": m.temperature,
                          "draft_weights": m.draft_weights, "prompt": pid,
@@ -168,18 +146,12 @@ def interleaved(methods: list[Method], prompts: dict[str, list[int]], *, repeats
                          "speedup": (n / run.seconds) / (len(ref.output_ids) / ref.seconds),
                          # the same without the prefill (and its first token), which every method pays
                          # alike: the speed of the decoding steps, what a fit predicts
-                         "decode_speedup": (_step_tokens(run) / run.decode_s) / (_step_tokens(ref) / ref.decode_s),
-                         "steps": len(run.accept_lengths) if run.accept_lengths is not None else float("nan"),
-                         "step_tokens": _step_tokens(run),
+                         "decode_speedup": (run.step_tokens / run.decode_s) / (ref.step_tokens / ref.decode_s),
+                         "steps": run.steps, "step_tokens": run.step_tokens,
                          "draft_share": run.draft_s / run.seconds, "peak_mem_mb": peak, "other_load": load,
-                         "identical": float(run.output_ids == ref.output_ids) if m.temperature == 0 else float("nan"),
+                         "identical": float(run.output_ids == same.output_ids) if m.temperature == 0 else float("nan"),
                          **{f"accepted_{source}": k for source, k in (run.accepted or {}).items()}})
     return pd.DataFrame(rows)
-
-
-def _step_tokens(run: Run) -> float:
-    """Tokens the decoding steps committed: all but the prefill's first (NaN where not reported)."""
-    return sum(run.accept_lengths) if run.accept_lengths is not None else float("nan")
 
 
 def geometric_mean(ratios: np.ndarray, picks: np.ndarray) -> tuple[float, float, float]:
@@ -291,6 +263,8 @@ class BenchConfig:
     # with like. The target verifies every token either way.
     draft_weights: str = "auto"
     fit: FitConfig = FitConfig()  # calibration of `fitted` trees and of the drafts' precision
+    # a llama.cpp source tree with llama-server built, for the llama.cpp methods (clover2.measure.engine)
+    llama_cpp: str = ""
 
     def __post_init__(self):
         if not self.tasks or not self.methods:
@@ -298,8 +272,13 @@ class BenchConfig:
         if min(self.n_per_task, self.max_new_tokens, self.repeats) < 1 or self.threads < 0:
             raise Clover2Error(f"bench config: n_per_task, max_new_tokens and repeats must be >= 1 "
                                f"and threads >= 0: {self}")
-        for spec in self.methods:
-            MethodSpec.parse(spec)
+        specs = [MethodSpec.parse(spec) for spec in self.methods]
+        if any(s.name in ENGINE_METHODS for s in specs) and not self.llama_cpp:
+            raise Clover2Error("bench config: the llama.cpp methods need a built llama.cpp source tree: "
+                               "give --llama-cpp PATH (or bench.llama_cpp)")
+        if any(s.name in ENGINE_METHODS[1:] for s in specs) and "llama.cpp" not in self.methods:
+            raise Clover2Error("bench config: llama.cpp's speculative methods are checked against its plain "
+                               "decoding: add the method llama.cpp")
         if self.draft_weights not in DRAFT_WEIGHTS:
             raise Clover2Error(f"bench config: draft_weights must be one of {', '.join(DRAFT_WEIGHTS)}")
 
@@ -353,6 +332,13 @@ def run_bench(target: Target, config: BenchConfig, drafts: Mapping[str, Path] | 
     methods without a path take `drafts[name]` (a mapping) or `drafts/<name>` (a folder), all at one
     precision (`draft_weights` in env.json and in both tables). Returns the bench table."""
     torch.set_num_threads(config.threads or len(os.sched_getaffinity(0)))
+    with ExitStack() as servers:  # the llama.cpp methods' servers, stopped however the run ends
+        return _run_bench(target, config, drafts, out, servers)
+
+
+def _run_bench(target: Target, config: BenchConfig, drafts: Mapping[str, Path] | Path | None, out: Path,
+               servers: ExitStack) -> pd.DataFrame:
+    cpp = LlamaCpp.at(config.llama_cpp) if config.llama_cpp else None  # a missing build fails here, not hours later
     start = mark()
     folder = (lambda name: drafts.get(name)) if isinstance(drafts, Mapping) else \
         (lambda name: drafts / name if drafts else None)
@@ -435,7 +421,13 @@ def run_bench(target: Target, config: BenchConfig, drafts: Mapping[str, Path] | 
         env.setdefault("fitted_trees", {})[name] = fitted[key].record() if fitted[key] else \
             {"budget": 0, "depth": 0, "predicted_speedup": float(table.predicted_speedup.max())}  # 0: plain decoding
     methods = []
+    if cpp is not None:
+        methods, env["llama_cpp"] = engine_methods(cpp, specs, target, max_new_tokens=config.max_new_tokens,
+                                                   threads=torch.get_num_threads(), log_dir=out / "llama.cpp",
+                                                   stack=servers)
     for s in specs:
+        if s.name in ENGINE_METHODS:
+            continue
         sampling = SamplingConfig(temperature=s.temperature, top_p=config.top_p if s.temperature else 1.0,
                                   top_k=config.top_k if s.temperature else 0, seed=config.seed)
         decode = DecodeConfig(max_new_tokens=config.max_new_tokens, sampling=sampling, timed=True)
@@ -445,6 +437,8 @@ def run_bench(target: Target, config: BenchConfig, drafts: Mapping[str, Path] | 
             make = fitted_factory(s, model, fitted[_fit_key(s)], sampling)
         methods.append(replace(make_method(s, target, decode, draft=model, make=make),
                                draft_weights=precision if s.is_draft else ""))
+    order = [s.label for s in specs]
+    methods.sort(key=lambda m: order.index(m.label))  # as the config lists them
     runs = interleaved(methods, {r.id: first_turn_ids(target, r) for r in records}, repeats=config.repeats,
                        categories={r.id: r.category for r in records})
     table = summarize(runs, seed=config.seed)

@@ -434,8 +434,55 @@ def speeds(results: Path, draft: str = "clover2") -> str:
     return "\n".join(lines) + "\n"
 
 
+ENGINE_NAMES = {"ar": "clover2, plain decoding", "pld": "clover2, prompt lookup",
+                "eagle3": "clover2, the EAGLE-3 draft",
+                "llama.cpp": "llama.cpp, plain decoding", "llama.cpp+pld": "llama.cpp, prompt lookup (ngram-simple)",
+                "llama.cpp+eagle3": "llama.cpp, the same EAGLE-3 draft (exported, converted)"}
+
+
+def engines(results: Path) -> str:
+    """llama.cpp beside clover2 (`results/engine`, `clover2 bench --llama-cpp`): each method's tokens per
+    step, tokens per second, speed over llama.cpp's plain decoding and over clover2's (geometric means
+    of paired per-prompt ratios with 95% intervals), and whether its output equals its reference's."""
+    folder = results / "engine"
+    if not (folder / "bench.csv").exists():
+        return "Not measured yet: `results/engine/` holds no run.\n"
+    bench, pairs = _read(folder / "bench.csv"), _read(folder / "paired.csv")
+    env = json.loads((folder / "env.json").read_text())
+    rows = bench[(bench.task == "overall") & (bench.temperature == 0)]
+
+    def versus(method: str, reference: str) -> str:
+        if method == reference:
+            return "1"
+        r = pairs[(pairs.method == method) & (pairs.versus == reference)].iloc[0]
+        return f"{r.speed_ratio:.2f}x [{r.speed_ratio_lo:.2f}, {r.speed_ratio_hi:.2f}]"
+
+    def name(method: str) -> str:
+        base, _, tree = method.partition("=")[0].partition("@")
+        return ENGINE_NAMES.get(base, base) + (f", {tree.removeprefix('chain')}-token chain" if tree else "")
+
+    cpp = env["llama_cpp"]
+    draft = next(iter(cpp["drafts"].values()), {})
+    lines = [f"Measured on {env['cpu_name']} ({env['cpu_count']} cores, {env['torch_threads']} threads for each), "
+             f"clover2 commit {env['commit']}, llama.cpp {cpp['version']}; the target at f32 in both, "
+             f"{int(rows.n_prompts.max())} held-out prompts of up to {env['bench']['max_new_tokens']} new tokens, "
+             "greedy, every method interleaved prompt by prompt in one run "
+             f"({env['other_load']:.1%} of the machine used by anything else); the EAGLE-3 draft's weights "
+             f"SHA-256 {draft.get('weights_sha256', '')[:12]}. Speeds are geometric means of per-prompt ratios "
+             "with 95% bootstrap intervals; \"same output\" compares each engine's methods with its own plain "
+             "decoding, and llama.cpp's plain decoding with clover2's.", "",
+             "| method | tokens per step | tokens/s (median) | over llama.cpp plain | over clover2 plain "
+             "| same output |",
+             "|---|---|---|---|---|---|"]
+    lines += [f"| {name(r.method)} | {'–' if pd.isna(r.tau) else f'{r.tau:.2f}'} | {r.tokens_per_s:.1f} | "
+              f"{versus(r.method, 'llama.cpp')} | {versus(r.method, 'ar')} | {r.identical_frac:.0%} |"
+              for r in rows.itertuples()]
+    return "\n".join(lines) + "\n"
+
+
 if __name__ == "__main__":
     results, book = (Path(a) for a in (sys.argv[1:] + ["results", "book"])[:2]) if len(sys.argv) > 1 else \
         (Path("results"), Path("book"))
     write_text(book / "verdict.md", markdown(results))
     write_text(book / "speeds.md", speeds(results))
+    write_text(book / "engine.md", engines(results))

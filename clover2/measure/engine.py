@@ -1,0 +1,212 @@
+"""llama.cpp beside clover2: a real CPU engine's plain decoding, prompt lookup and EAGLE-3 as benchmark methods.
+
+Someone who deploys on a CPU runs an engine, not a PyTorch loop, so the benchmark can run llama.cpp's
+server, built from its source (`LlamaCpp.root`: a source tree with `build/bin/llama-server`), on the
+same prompts as clover2's methods, interleaved with them prompt by prompt (`clover2.measure.bench`):
+
+- `llama.cpp`: its plain greedy decoding;
+- `llama.cpp+pld@chainK`: its prompt lookup (`--spec-type ngram-simple`), at most K tokens a step,
+  looking up the last 3 tokens as clover2's prompt lookup does (the engine's default, 12, finds few
+  matches in short answers);
+- `llama.cpp+eagle3@chainK=DRAFT`: a clover2-trained EAGLE-3 draft, exported in the `speculators`
+  layout (`clover2.drafts.export`) and converted by llama.cpp's own `convert_hf_to_gguf.py`, K tokens
+  a step (llama.cpp verifies chains, not trees).
+
+The target is converted from the very weights clover2 loads, at f32 (the draft too): the engine and
+clover2 compute the same model, and greedy decoding in each should give the same tokens, up to the
+order of floating-point sums. Each server gets the threads clover2 uses and one slot; a request sends
+the prompt's token ids (its chat template already applied) with the prompt cache off, greedy, and
+reads back the tokens and the server's counts. Tokens per step: the tokens decoded after the first
+over the target's decoding steps, each of which commits its accepted draft tokens plus one, so
+steps = decoded - 1 - accepted. The servers' CPU time counts as the benchmark's own
+(`clover2.load.count_as_own`), not as other load.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from clover2.decoding.prompt_lookup import PromptLookupConfig
+from clover2.decoding.target import Target
+from clover2.drafts.checkpoint import SIDECAR, load_draft, target_record
+from clover2.drafts.export import export_draft
+from clover2.drafts.methods import ENGINE_METHODS, MethodSpec
+from clover2.errors import Clover2Error
+from clover2.files import atomic_path
+from clover2.load import count_as_own
+from clover2.measure.runs import Method, Run
+from clover2.paths import cache_root
+
+SPEC_TYPES = {"llama.cpp+pld": "ngram-simple", "llama.cpp+eagle3": "draft-eagle3"}  # method -> --spec-type
+LOOKUP_NGRAM = PromptLookupConfig().max_ngram  # the n-gram llama.cpp's prompt lookup looks up, as clover2's
+READY_S = 180  # how long a server may take to load its models
+
+
+@dataclass(frozen=True)
+class LlamaCpp:
+    """A llama.cpp source tree built with cmake: its server and its converter."""
+
+    root: Path
+
+    @property
+    def server(self) -> Path:
+        return self.root / "build" / "bin" / "llama-server"
+
+    @property
+    def converter(self) -> Path:
+        return self.root / "convert_hf_to_gguf.py"
+
+    @classmethod
+    def at(cls, root: str | Path) -> LlamaCpp:
+        cpp = cls(Path(root).expanduser().resolve())
+        if not cpp.converter.exists():
+            raise Clover2Error(f"{cpp.root}: not a llama.cpp source tree (no convert_hf_to_gguf.py)")
+        if not cpp.server.exists():
+            raise Clover2Error(f"{cpp.root}: llama-server is not built; build it with `cmake -B build "
+                               f"-DLLAMA_CURL=OFF && cmake --build build -j --target llama-server` there")
+        return cpp
+
+    def version(self) -> str:
+        out = subprocess.run([self.server, "--version"], capture_output=True, text=True, timeout=60)
+        return (out.stdout + out.stderr).strip().splitlines()[-1] if (out.stdout + out.stderr).strip() else ""
+
+    def convert(self, source: Path, out: Path, *, target_dir: Path | None = None) -> Path:
+        """`source` (a Hugging Face folder) as an f32 GGUF at `out`, unless already there."""
+        if out.exists():
+            return out
+        extra = ["--target-model-dir", str(target_dir)] if target_dir else []
+        env = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [str(self.root / "gguf-py"),
+                                                                         os.environ.get("PYTHONPATH")]))}
+        with atomic_path(out) as tmp:
+            done = subprocess.run([sys.executable, str(self.converter), str(source), *extra, "--outtype", "f32",
+                                   "--outfile", str(tmp)], capture_output=True, text=True, env=env)
+            if done.returncode:
+                raise Clover2Error(f"llama.cpp could not convert {source}:\n{done.stderr[-2000:]}\n(it needs "
+                                   "numpy, sentencepiece and transformers in this Python)")
+        return out
+
+
+def _target_folder(target: Target, scratch: Path) -> Path:
+    """A Hugging Face folder of the target (config, weights, tokenizer): the one it was loaded from, or saved."""
+    folder = Path(str(getattr(target.model, "name_or_path", "")))
+    if (folder / "config.json").exists() and (folder / "tokenizer.json").exists():
+        return folder
+    if target.tokenizer is None:
+        raise Clover2Error(f"target {target.name!r} has no tokenizer: llama.cpp cannot convert it")
+    with atomic_path(scratch) as tmp:
+        target.model.save_pretrained(tmp)
+        target.tokenizer.save_pretrained(tmp)
+    return scratch
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """One llama-server process (one model, optionally a speculative method) and greedy requests to it."""
+
+    def __init__(self, cpp: LlamaCpp, model: Path, log: Path, *, spec_type: str = "", draft: Path | None = None,
+                 n_max: int = 0, threads: int = 1, context: int = 4096):
+        self.port = _free_port()
+        args = [str(cpp.server), "-m", str(model), "--host", "127.0.0.1", "--port", str(self.port),
+                "-t", str(threads), "-tb", str(threads), "-c", str(context), "-np", "1", "--no-webui"]
+        if spec_type:
+            args += ["--spec-type", spec_type, "--spec-draft-n-max", str(n_max)]
+            if spec_type == "ngram-simple":  # clover2's prompt lookup's longest n-gram (the engine's default, 12,
+                # matches little in short answers), and the chain's length
+                args += ["--spec-ngram-simple-size-n", str(LOOKUP_NGRAM), "--spec-ngram-simple-size-m", str(n_max)]
+        if draft is not None:
+            args += ["-md", str(draft), "-td", str(threads), "-tbd", str(threads)]
+        self.args, self.log = args, log
+
+    def __enter__(self) -> Server:
+        self._log = open(self.log, "w")
+        self.process = subprocess.Popen(self.args, stdout=self._log, stderr=subprocess.STDOUT)
+        count_as_own(self.process.pid)
+        deadline = time.monotonic() + READY_S
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise Clover2Error(f"llama-server stopped while loading ({' '.join(self.args)}):\n"
+                                   + self.log.read_text()[-2000:])
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=5) as r:
+                    if r.status == 200:
+                        return self
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            time.sleep(0.5)
+        self.__exit__()
+        raise Clover2Error(f"llama-server did not come up in {READY_S} s; its log: {self.log}")
+
+    def __exit__(self, *exc) -> None:
+        count_as_own(self.process.pid, forget=True)
+        self.process.terminate()
+        try:
+            self.process.wait(30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+        self._log.close()
+
+    def complete(self, prompt: list[int], max_new_tokens: int) -> Run:
+        """Greedy decoding of `prompt` (token ids): its tokens, wall time, and the server's step counts."""
+        body = json.dumps({"prompt": prompt, "n_predict": max_new_tokens, "temperature": 0.0, "top_k": 1,
+                           "cache_prompt": False, "return_tokens": True, "stream": False}).encode()
+        request = urllib.request.Request(f"http://127.0.0.1:{self.port}/completion", data=body,
+                                         headers={"Content-Type": "application/json"})
+        start = time.perf_counter()
+        with urllib.request.urlopen(request, timeout=600) as r:
+            reply = json.loads(r.read())
+        seconds = time.perf_counter() - start
+        tokens, timing = list(reply["tokens"]), reply["timings"]
+        accepted = int(timing.get("draft_n_accepted", 0))
+        steps = len(tokens) - 1 - accepted  # each step commits its accepted draft tokens and one more
+        return Run(tokens, seconds, None, decode_s=timing["predicted_ms"] / 1000, totals=(steps, len(tokens) - 1))
+
+
+def engine_methods(cpp: LlamaCpp, specs: list[MethodSpec], target: Target, *, max_new_tokens: int,
+                   threads: int, log_dir: Path, stack: ExitStack) -> tuple[list[Method], dict]:
+    """The llama.cpp methods of `specs`, their servers started under `stack` (stopped when it closes),
+    and what env.json records of them (the engine's version, the models' files and settings)."""
+    if target.dtype != torch.float32:
+        raise Clover2Error(f"the llama.cpp methods run the target at f32, as clover2's exact path: load the "
+                           f"target in float32 (--dtype float32), not {target.dtype}")
+    home = cache_root() / "engine" / target_record(target)["fingerprint_bf16"][:12]
+    model = cpp.convert(_target_folder(target, home / "target-hf"), home / "target-f32.gguf")
+    log_dir.mkdir(parents=True, exist_ok=True)
+    methods, record = [], {"engine": "llama.cpp", "version": cpp.version(), "target_gguf": model.name,
+                           "threads": threads, "dtype": "f32", "drafts": {}}
+    for s in specs:
+        if s.name not in ENGINE_METHODS:
+            continue
+        draft = None
+        if s.name == "llama.cpp+eagle3":
+            sha = json.loads((s.draft / SIDECAR).read_text())["weights_sha256"]
+            draft = home / f"eagle3-{sha[:12]}-f32.gguf"
+            if not draft.exists():
+                exported = export_draft(load_draft(s.draft, target, weights="float"), target,
+                                        home / f"eagle3-{sha[:12]}-speculators", "speculators", source_sha256=sha)
+                cpp.convert(exported, draft, target_dir=_target_folder(target, home / "target-hf"))
+            record["drafts"][s.label] = {"weights_sha256": sha, "gguf": draft.name}
+        n_max = int(s.tree.removeprefix("chain")) if s.tree else 0
+        server = stack.enter_context(Server(cpp, model, log_dir / f"{s.label.replace('/', '_')}.log",
+                                            spec_type=SPEC_TYPES.get(s.name, ""), draft=draft, n_max=n_max,
+                                            threads=threads))
+        methods.append(Method(s, lambda prompt, server=server: server.complete(prompt, max_new_tokens),
+                              reference="ar" if s.name == "llama.cpp" else "llama.cpp",
+                              draft_weights="float" if draft else ""))
+    return methods, record
