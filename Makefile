@@ -63,6 +63,7 @@ book: install
 	$(BIN)/python -m clover2.research.diagram book/figures
 	$(BIN)/python -m clover2.research.artifacts results book/records.md
 	$(BIN)/python -m clover2.research.claims results book
+	$(BIN)/python -m clover2.research.citation _config.yml CITATION.cff
 	$(BIN)/jupyter-book build -W -n --keep-going .
 	@echo "book: _build/html/index.html"
 

@@ -56,9 +56,10 @@ def test_the_engine_methods_grammar():
     assert MethodSpec.parse("llama.cpp+pld").label == "llama.cpp+pld@chain3"  # the engine's own default
     spec = MethodSpec.parse("llama.cpp+eagle3@chain2=/drafts/eagle3")
     assert (spec.label, spec.arch, spec.is_draft) == ("llama.cpp+eagle3@chain2=eagle3", "eagle3", True)
+    assert MethodSpec.parse("llama.cpp+pld!defaults").label == "llama.cpp+pld@chain3!defaults"
     for bad, why in [("llama.cpp@chain3", "no tree"), ("llama.cpp+pld@eagle25", "chains, not trees"),
                      ("llama.cpp+pld@chain0", "chains, not trees"), ("llama.cpp/1", "greedy"),
-                     ("llama.cpp!static", "its own engine"), ("llama.cpp+pld=/x", "only llama.cpp\\+eagle3")]:
+                     ("llama.cpp!static", "only 'defaults'"), ("llama.cpp+pld=/x", "only llama.cpp\\+eagle3")]:
         with pytest.raises(Clover2Error, match=why):
             MethodSpec.parse(bad)
 
@@ -69,6 +70,8 @@ def test_a_bench_with_engine_methods_needs_the_engine_and_its_plain_decoding(fak
     with pytest.raises(Clover2Error, match="add the method llama.cpp"):
         BenchConfig(methods=("ar", "llama.cpp+pld"), llama_cpp=str(fake_cpp.root))
     BenchConfig(methods=("ar", "llama.cpp", "llama.cpp+pld"), llama_cpp=str(fake_cpp.root))
+    with pytest.raises(Clover2Error, match="add the method llama.cpp!defaults"):
+        BenchConfig(methods=("ar", "llama.cpp", "llama.cpp+pld!defaults"), llama_cpp=str(fake_cpp.root))
     with pytest.raises(Clover2Error, match="not a llama.cpp source tree"):
         LlamaCpp.at(tmp_path / "nowhere")
     (fake_cpp.server).unlink()
@@ -86,6 +89,13 @@ def test_a_server_runs_greedy_requests_and_counts_the_steps(fake_cpp, tmp_path):
     args = json.loads(fake_cpp.server.with_name("llama-server.args").read_text())
     assert args[args.index("--spec-type") + 1] == "draft-eagle3" and args[args.index("--spec-draft-n-max") + 1] == "3"
     assert args[args.index("-md") + 1] == str(draft) and args[args.index("-t") + 1] == "2"
+    assert all(args[args.index(flag) + 1] == "f32" for flag in ("-ctk", "-ctv", "-ctkd", "-ctvd"))  # f32 KV caches
+    assert args[args.index("-fa") + 1] == "off"  # flash attention computes in f16 on a CPU
+    with Server(fake_cpp, tmp_path / "target.gguf", tmp_path / "defaults.log", spec_type="draft-eagle3",
+                draft=draft, n_max=3, exact=False):
+        pass
+    args = json.loads(fake_cpp.server.with_name("llama-server.args").read_text())
+    assert not {"-ctk", "-ctv", "-ctkd", "-ctvd", "-fa"} & set(args)  # the engine's own defaults
     request = json.loads(fake_cpp.server.with_name("llama-server.request").read_text())
     assert request["prompt"] == [1, 2, 3] and request["n_predict"] == 16 and request["temperature"] == 0
     assert request["cache_prompt"] is False and request["return_tokens"] is True
@@ -151,7 +161,8 @@ def test_the_use_page_table_reads_the_engine_run(tmp_path):
     (folder / "env.json").write_text(json.dumps({
         "cpu_name": "Some CPU", "cpu_count": 2, "torch_threads": 2, "commit": "abc1234", "other_load": 0.01,
         "bench": {"max_new_tokens": 64},
-        "llama_cpp": {"version": "version: 1 (0c1e570)", "drafts": {"x": {"weights_sha256": "f" * 64}}}}))
+        "llama_cpp": {"version": "version: 1 (0c1e570)", "drafts": {"x": {"weights_sha256": "f" * 64}},
+                      "attention": {"": "f32 KV cache, flash attention off", "!defaults": "defaults: f16 KV cache"}}}))
     text = engines(tmp_path)
     row = next(line for line in text.splitlines() if line.startswith("| llama.cpp, the same EAGLE-3"))
     # 4 tokens over 2 steps after the first; 5 tokens in 0.4 s; 1.25x llama.cpp's plain decoding,

@@ -12,9 +12,10 @@ EAGLE-2's dynamic tree `dynamic:BUDGET:DEPTH:TOPK`, or `fitted` (the dynamic tre
 each copy source's budget, fitted to the machine by `clover2.measure.fit`, benchmark only).
 `llama.cpp`, `llama.cpp+pld@chainK` and `llama.cpp+eagle3@chainK` (benchmark only, greedy) are
 llama.cpp's server: its plain decoding, its prompt lookup and a trained EAGLE-3 draft converted for
-it (`clover2.measure.engine`). `!ENGINE` runs the target (and the draft, where it can) on another engine of
-`clover2.decoding.cache`: `!static` (a preallocated KV cache at bucketed shapes) or `!graphs` (the
-same, replayed as CUDA graphs on a GPU); without it, the eager reference.
+it (`clover2.measure.engine`), with `!defaults` at the engine's own attention numerics. `!ENGINE`
+runs the target (and the draft, where it can) on another engine of `clover2.decoding.cache`:
+`!static` (a preallocated KV cache at bucketed shapes) or `!graphs` (the same, replayed as CUDA
+graphs on a GPU); without it, the eager reference.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ UNIONS = tuple(f"union+{arch}" for arch in ARCHITECTURES)  # copying and the dra
 TREE_METHODS = (*ARCHITECTURES, *HYBRIDS, *UNIONS, "tr")  # the names that take a tree
 # llama.cpp's server (clover2.measure.engine): plain, prompt lookup and EAGLE-3, the last two with a chain
 ENGINE_METHODS = ("llama.cpp", "llama.cpp+pld", "llama.cpp+eagle3")
+ENGINE_DEFAULTS = "defaults"  # `llama.cpp!defaults`: the engine's own attention numerics, not f32
 DEFAULT_TREE = "eagle25"
 
 
@@ -68,17 +70,20 @@ class MethodSpec:
         """`NAME[@TREE][/TEMPERATURE][!ENGINE][=DRAFT_PATH]`, e.g. `clover2@dynamic:60:6:10/1!graphs=drafts/clover2`."""
         rest, _, path = spec.strip().partition("=")
         rest, bang, engine = rest.partition("!")
-        if bang and engine not in ENGINES[1:]:
-            raise Clover2Error(f"{spec!r}: the engine after '!' must be one of {', '.join(ENGINES[1:])}")
         rest, slash, temp = rest.partition("/")
         name, _, tree = rest.partition("@")
         if name not in method_names():
             raise Clover2Error(f"unknown method {name!r} in {spec!r}; known: {', '.join(method_names())}")
-        if bang and name in (*HF_METHODS, *ENGINE_METHODS):
-            raise Clover2Error(f"{spec!r}: {'llama.cpp' if name in ENGINE_METHODS else 'Hugging Face generate'} "
-                               f"runs its own engine; '!{engine}' is for clover2's loop")
         if name in ENGINE_METHODS:
-            return cls._engine(spec, name, tree, temp, path)
+            if bang and engine != ENGINE_DEFAULTS:
+                raise Clover2Error(f"{spec!r}: llama.cpp runs its own engine; after '!' it takes only "
+                                   f"'{ENGINE_DEFAULTS}' (its own attention numerics)")
+            return cls._engine(spec, name, tree, temp, path, engine or "eager")
+        if bang and engine not in ENGINES[1:]:
+            raise Clover2Error(f"{spec!r}: the engine after '!' must be one of {', '.join(ENGINES[1:])}")
+        if bang and name in HF_METHODS:
+            raise Clover2Error(f"{spec!r}: Hugging Face generate runs its own engine; "
+                               f"'!{engine}' is for clover2's loop")
         if tree and name not in TREE_METHODS:
             raise Clover2Error(f"{spec!r}: only draft methods ({', '.join(ARCHITECTURES)}, pld+ARCH, suffix+ARCH, "
                                "union+ARCH) and tr take a tree")
@@ -96,9 +101,10 @@ class MethodSpec:
                    Path(path) if path else None, engine or "eager", Path(path).name if path else "")
 
     @classmethod
-    def _engine(cls, spec: str, name: str, tree: str, temperature: str, path: str) -> MethodSpec:
+    def _engine(cls, spec: str, name: str, tree: str, temperature: str, path: str, engine: str) -> MethodSpec:
         """A llama.cpp method: greedy; a chain of K tokens for prompt lookup and EAGLE-3 (default 3, the
-        engine's own default), none for plain decoding; EAGLE-3's trained draft folder after '='."""
+        engine's own default), none for plain decoding; EAGLE-3's trained draft folder after '='; with
+        `!defaults`, the engine's own attention numerics (an f16 KV cache, flash attention) instead of f32."""
         if temperature and temperature.strip() not in ("0", "0.0"):
             raise Clover2Error(f"{spec!r}: the llama.cpp methods are measured greedy (no '/TEMPERATURE')")
         if name == "llama.cpp" and (tree or path):
@@ -108,7 +114,7 @@ class MethodSpec:
             raise Clover2Error(f"{spec!r}: llama.cpp verifies chains, not trees: write @chainK (K >= 1)")
         if path and name != "llama.cpp+eagle3":
             raise Clover2Error(f"{spec!r}: only llama.cpp+eagle3 takes a draft")
-        return cls(name, "" if name == "llama.cpp" else tree, 0.0, Path(path) if path else None, "eager",
+        return cls(name, "" if name == "llama.cpp" else tree, 0.0, Path(path) if path else None, engine,
                    Path(path).name if path else "")
 
     @property

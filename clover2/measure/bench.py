@@ -276,9 +276,12 @@ class BenchConfig:
         if any(s.name in ENGINE_METHODS for s in specs) and not self.llama_cpp:
             raise Clover2Error("bench config: the llama.cpp methods need a built llama.cpp source tree: "
                                "give --llama-cpp PATH (or bench.llama_cpp)")
-        if any(s.name in ENGINE_METHODS[1:] for s in specs) and "llama.cpp" not in self.methods:
-            raise Clover2Error("bench config: llama.cpp's speculative methods are checked against its plain "
-                               "decoding: add the method llama.cpp")
+        labels = {s.label for s in specs}
+        for s in specs:
+            plain = "llama.cpp" + ("" if s.engine == "eager" else f"!{s.engine}")
+            if s.name in ENGINE_METHODS[1:] and plain not in labels:
+                raise Clover2Error(f"bench config: {s.label} is checked against llama.cpp's plain decoding with "
+                                   f"the same settings: add the method {plain}")
         if self.draft_weights not in DRAFT_WEIGHTS:
             raise Clover2Error(f"bench config: draft_weights must be one of {', '.join(DRAFT_WEIGHTS)}")
 
@@ -377,7 +380,7 @@ def _run_bench(target: Target, config: BenchConfig, drafts: Mapping[str, Path] |
         for s in specs if s.is_draft}, "calibration_tasks": dict(Counter(r.category for r in calib_records))}
     # The verification cost curve of every engine in the run (what fitted trees are fitted to; it
     # checks the kernel choice) and the step time that memory bandwidth allows.
-    engines = list(dict.fromkeys(s.engine for s in specs if s.name not in HF_METHODS)) or ["eager"]
+    engines = list(dict.fromkeys(s.engine for s in specs if s.name not in (*HF_METHODS, *ENGINE_METHODS))) or ["eager"]
     curves, env["kernel_check"] = checked_cost_curves(target, engines)
     write_csv(out / "cost_curve.csv", pd.concat([c.assign(engine=e) for e, c in curves.items()], ignore_index=True))
     kernels = [pd.DataFrame(target.kernel_record()["timings"]).assign(model="target")] + [

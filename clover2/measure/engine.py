@@ -12,9 +12,12 @@ same prompts as clover2's methods, interleaved with them prompt by prompt (`clov
   layout (`clover2.drafts.export`) and converted by llama.cpp's own `convert_hf_to_gguf.py`, K tokens
   a step (llama.cpp verifies chains, not trees).
 
-The target is converted from the very weights clover2 loads, at f32 (the draft too): the engine and
-clover2 compute the same model, and greedy decoding in each should give the same tokens, up to the
-order of floating-point sums. Each server gets the threads clover2 uses and one slot; a request sends
+The target is converted from the very weights clover2 loads, at f32 (the draft too); the KV caches
+are kept at f32 and flash attention is off (the engine's defaults, an f16 cache and, on a CPU, flash
+attention, compute attention in f16: on one held-out prompt they moved a logit by 0.036 and made an
+EAGLE-3 run's output differ from the engine's own plain decoding at a near-tie). So configured, the
+engine and clover2 compute the same model, and greedy decoding in each should give the same tokens,
+up to the order of floating-point sums. Each server gets the threads clover2 uses and one slot; a request sends
 the prompt's token ids (its chat template already applied) with the prompt cache off, greedy, and
 reads back the tokens and the server's counts. Tokens per step: the tokens decoded after the first
 over the target's decoding steps, each of which commits its accepted draft tokens plus one, so
@@ -42,7 +45,7 @@ from clover2.decoding.prompt_lookup import PromptLookupConfig
 from clover2.decoding.target import Target
 from clover2.drafts.checkpoint import SIDECAR, load_draft, target_record
 from clover2.drafts.export import export_draft
-from clover2.drafts.methods import ENGINE_METHODS, MethodSpec
+from clover2.drafts.methods import ENGINE_DEFAULTS, ENGINE_METHODS, MethodSpec
 from clover2.errors import Clover2Error
 from clover2.files import atomic_path
 from clover2.load import count_as_own
@@ -79,8 +82,9 @@ class LlamaCpp:
         return cpp
 
     def version(self) -> str:
+        """`version: ... (build, commit ...)` as the server prints it."""
         out = subprocess.run([self.server, "--version"], capture_output=True, text=True, timeout=60)
-        return (out.stdout + out.stderr).strip().splitlines()[-1] if (out.stdout + out.stderr).strip() else ""
+        return next((line.strip() for line in (out.stdout + out.stderr).splitlines() if "version" in line), "")
 
     def convert(self, source: Path, out: Path, *, target_dir: Path | None = None) -> Path:
         """`source` (a Hugging Face folder) as an f32 GGUF at `out`, unless already there."""
@@ -121,10 +125,12 @@ class Server:
     """One llama-server process (one model, optionally a speculative method) and greedy requests to it."""
 
     def __init__(self, cpp: LlamaCpp, model: Path, log: Path, *, spec_type: str = "", draft: Path | None = None,
-                 n_max: int = 0, threads: int = 1, context: int = 4096):
+                 n_max: int = 0, threads: int = 1, context: int = 4096, exact: bool = True):
         self.port = _free_port()
         args = [str(cpp.server), "-m", str(model), "--host", "127.0.0.1", "--port", str(self.port),
                 "-t", str(threads), "-tb", str(threads), "-c", str(context), "-np", "1", "--no-webui"]
+        if exact:  # f32 attention too (see the module's docstring); else the engine's defaults
+            args += ["-ctk", "f32", "-ctv", "f32", "-fa", "off"]
         if spec_type:
             args += ["--spec-type", spec_type, "--spec-draft-n-max", str(n_max)]
             if spec_type == "ngram-simple":  # clover2's prompt lookup's longest n-gram (the engine's default, 12,
@@ -132,6 +138,7 @@ class Server:
                 args += ["--spec-ngram-simple-size-n", str(LOOKUP_NGRAM), "--spec-ngram-simple-size-m", str(n_max)]
         if draft is not None:
             args += ["-md", str(draft), "-td", str(threads), "-tbd", str(threads)]
+            args += ["-ctkd", "f32", "-ctvd", "f32"] if exact else []
         self.args, self.log = args, log
 
     def __enter__(self) -> Server:
@@ -189,7 +196,9 @@ def engine_methods(cpp: LlamaCpp, specs: list[MethodSpec], target: Target, *, ma
     model = cpp.convert(_target_folder(target, home / "target-hf"), home / "target-f32.gguf")
     log_dir.mkdir(parents=True, exist_ok=True)
     methods, record = [], {"engine": "llama.cpp", "version": cpp.version(), "target_gguf": model.name,
-                           "threads": threads, "dtype": "f32", "drafts": {}}
+                           "threads": threads, "dtype": "f32", "drafts": {},
+                           "attention": {"": "f32 KV cache, flash attention off",
+                                         "!defaults": "the engine's defaults: f16 KV cache, flash attention auto"}}
     for s in specs:
         if s.name not in ENGINE_METHODS:
             continue
@@ -203,10 +212,12 @@ def engine_methods(cpp: LlamaCpp, specs: list[MethodSpec], target: Target, *, ma
                 cpp.convert(exported, draft, target_dir=_target_folder(target, home / "target-hf"))
             record["drafts"][s.label] = {"weights_sha256": sha, "gguf": draft.name}
         n_max = int(s.tree.removeprefix("chain")) if s.tree else 0
+        exact = s.engine != ENGINE_DEFAULTS
         server = stack.enter_context(Server(cpp, model, log_dir / f"{s.label.replace('/', '_')}.log",
                                             spec_type=SPEC_TYPES.get(s.name, ""), draft=draft, n_max=n_max,
-                                            threads=threads))
+                                            threads=threads, exact=exact))
+        plain = "llama.cpp" + ("" if exact else f"!{ENGINE_DEFAULTS}")
         methods.append(Method(s, lambda prompt, server=server: server.complete(prompt, max_new_tokens),
-                              reference="ar" if s.name == "llama.cpp" else "llama.cpp",
+                              reference="ar" if s.label == plain else plain,
                               draft_weights="float" if draft else ""))
     return methods, record

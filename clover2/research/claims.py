@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from clover2.drafts.methods import MethodSpec
 from clover2.files import write_text
 from clover2.measure.bench import geometric_mean
 from clover2.profiles import load_profile
@@ -442,11 +443,15 @@ ENGINE_NAMES = {"ar": "clover2, plain decoding", "pld": "clover2, prompt lookup"
 
 def engines(results: Path) -> str:
     """llama.cpp beside clover2 (`results/engine`, `clover2 bench --llama-cpp`): each method's tokens per
-    step, tokens per second, speed over llama.cpp's plain decoding and over clover2's (geometric means
-    of paired per-prompt ratios with 95% intervals), and whether its output equals its reference's."""
+    step, tokens per second, speed over llama.cpp's plain decoding (f32) and over clover2's (geometric
+    means of paired per-prompt ratios with 95% intervals), and whether its output equals its reference's."""
     folder = results / "engine"
     if not (folder / "bench.csv").exists():
         return "Not measured yet: `results/engine/` holds no run.\n"
+    return _engine_table(folder)
+
+
+def _engine_table(folder: Path) -> str:
     bench, pairs = _read(folder / "bench.csv"), _read(folder / "paired.csv")
     env = json.loads((folder / "env.json").read_text())
     rows = bench[(bench.task == "overall") & (bench.temperature == 0)]
@@ -458,22 +463,32 @@ def engines(results: Path) -> str:
         return f"{r.speed_ratio:.2f}x [{r.speed_ratio_lo:.2f}, {r.speed_ratio_hi:.2f}]"
 
     def name(method: str) -> str:
-        base, _, tree = method.partition("=")[0].partition("@")
-        return ENGINE_NAMES.get(base, base) + (f", {tree.removeprefix('chain')}-token chain" if tree else "")
+        spec = MethodSpec.parse(method)
+        return (ENGINE_NAMES.get(spec.name, spec.name) + (f", {spec.tree.removeprefix('chain')}-token chain"
+                                                          if spec.tree else "")
+                + (", the engine's attention defaults" if spec.engine == "defaults" else ""))
 
     cpp = env["llama_cpp"]
     draft = next(iter(cpp["drafts"].values()), {})
-    lines = [f"Measured on {env['cpu_name']} ({env['cpu_count']} cores, {env['torch_threads']} threads for each), "
-             f"clover2 commit {env['commit']}, llama.cpp {cpp['version']}; the target at f32 in both, "
-             f"{int(rows.n_prompts.max())} held-out prompts of up to {env['bench']['max_new_tokens']} new tokens, "
-             "greedy, every method interleaved prompt by prompt in one run "
-             f"({env['other_load']:.1%} of the machine used by anything else); the EAGLE-3 draft's weights "
-             f"SHA-256 {draft.get('weights_sha256', '')[:12]}. Speeds are geometric means of per-prompt ratios "
-             "with 95% bootstrap intervals; \"same output\" compares each engine's methods with its own plain "
-             "decoding, and llama.cpp's plain decoding with clover2's.", "",
+    tau = {m.partition("@")[0]: t for m, t in zip(rows.method, rows.tau) if "!" not in m}
+    plain = pairs[(pairs.method == "llama.cpp") & (pairs.versus == "ar")].iloc[0]
+    fastest = rows.sort_values("tokens_per_s").iloc[-1]
+    lead = (f"The same draft on the same chain accepts {tau.get('llama.cpp+eagle3', float('nan')):.3f} tokens per "
+            f"step in llama.cpp and {tau.get('eagle3', float('nan')):.3f} in clover2; llama.cpp's plain decoding "
+            f"runs {plain.speed_ratio:.2f}x as fast as clover2's, and the fastest method here is "
+            f"{name(fastest.method)} ({fastest.tokens_per_s:.1f} tokens/s). ")
+    lines = [lead + f"Measured on {env['cpu_name']} ({env['cpu_count']} cores, {env['torch_threads']} threads "
+             "for each), "
+             f"clover2 commit {env['commit']}, llama.cpp {cpp['version'].removeprefix('version: ')}; the target's "
+             f"weights at f32 in both, llama.cpp with an {cpp['attention']['']} (with its attention defaults: "
+             f"{cpp['attention']['!defaults'].partition(': ')[2]}); {int(rows.n_prompts.max())} held-out prompts "
+             f"of up to {env['bench']['max_new_tokens']} new tokens, greedy, every method interleaved prompt by "
+             f"prompt in one run ({env['other_load']:.1%} of the machine used by anything else); the EAGLE-3 "
+             f"draft's weights SHA-256 {draft.get('weights_sha256', '')[:12]}. Speeds are geometric means of "
+             "per-prompt ratios with 95% bootstrap intervals; \"same output\" compares each of llama.cpp's methods "
+             "with its plain decoding at the same settings, and that with clover2's.", "",
              "| method | tokens per step | tokens/s (median) | over llama.cpp plain | over clover2 plain "
-             "| same output |",
-             "|---|---|---|---|---|---|"]
+             "| same output |", "|---|---|---|---|---|---|"]
     lines += [f"| {name(r.method)} | {'–' if pd.isna(r.tau) else f'{r.tau:.2f}'} | {r.tokens_per_s:.1f} | "
               f"{versus(r.method, 'llama.cpp')} | {versus(r.method, 'ar')} | {r.identical_frac:.0%} |"
               for r in rows.itertuples()]
