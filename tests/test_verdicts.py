@@ -277,7 +277,9 @@ def test_the_page_gives_the_primary_pair_in_words_and_the_rest_in_one_table():
     assert "| above 6 in every form |" in page(DESIGN, {**tables, "fits": none}, status, machine="cpu", commits="x")
     assert "## Data or repetition" in page(DESIGN, {**tables, "data": data}, status, machine="cpu", commits="abc")
     drawn = page(DESIGN, tables, status, machine="cpu", commits="abc", figures={"verdicts": "figures/forest.png"})
-    assert "![The secondary comparisons](figures/forest.png)" in drawn and "rules from before it" not in drawn
+    assert "```{figure} figures/forest.png\n:name: study-forest" in drawn and "rules from before it" not in drawn
+    assert drawn.index("## Findings") < drawn.index("{figure} figures/forest.png") < drawn.index(
+        "## The secondary comparisons") < drawn.index("## How and where it ran")  # findings, figures, tables, then how
     assert "by the protocol's rules from before it" in page(DESIGN, tables, status, machine="cpu", commits="abc",
                                                             amended=False)
     check = pd.DataFrame({"arm": ["c2", "e1"], "tree": ["eagle25"] * 2, "committed_tau": [1.7, 1.6],

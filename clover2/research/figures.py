@@ -295,59 +295,114 @@ def _legend_beside(fig, ax, title: str):
     return fig
 
 
-def forest(verdicts: pd.DataFrame, *, band: tuple[float, float], title: str = ""):
-    """Every comparison of the designed study (`verdicts.csv`, the budget family's ratio of ratios apart):
-    its tau ratio and interval as a dot and a bar, one row each, grouped by family, beside the paper's
-    claimed band of gains (shaded) and no difference (the line at 1)."""
-    v = verdicts[~verdicts.comparison.str.contains(" over ")].reset_index(drop=True)
-    labels = [c if t == "eagle25" else f"{c} ({t.split(':')[1]}-node dynamic)" if t.startswith("dynamic:") else
-              f"{c} ({t})" for c, t in zip(v.comparison, v.tree)]
-    fig, ax = plt.subplots(figsize=(COLUMN_IN, 0.34 * len(v) + 1.8))
-    ax.axvspan(*band, color="tab:green", alpha=0.15, label=f"the paper's claim ({band[0] - 1:+.0%} to "
-               f"{band[1] - 1:+.0%})")
-    ax.axvline(1, color="0.3", lw=1)
+def _comparison_labels(v: pd.DataFrame) -> list[str]:
+    """A comparison as a row of the forest plot: the primary ones as the protocol numbers them (P1, P2, ...),
+    a comparison on another tree than the 25-node one with that tree's size."""
+    number = {c: i + 1 for i, c in enumerate(v[v.family == "primary"].comparison)}
+    labels = []
+    for family, comparison, tree in zip(v.family, v.comparison, v.tree):
+        label = f"P{number[comparison]}: {comparison}" if family == "primary" else comparison
+        if tree != "eagle25":
+            label += f", {tree.split(':')[1]}-node tree" if tree.startswith("dynamic:") else f", {tree}"
+        labels.append(label)
+    return labels
+
+
+def forest(verdicts: pd.DataFrame, *, band: tuple[float, float], margin: float,
+           excess_band: tuple[float, float], apart: float, title: str = ""):
+    """Every comparison of the designed study against its reference (`verdicts.csv`, the budget family's
+    ratios of ratios apart), one row each, the primary ones first: its ratio and interval as a dot and a
+    bar, in tau (left: the paper's claimed gain `band` as the protocol reads it, and the equivalence
+    margin 1 ± `margin`, shaded) and in the paper's own convention, tau - 1 (right: the range of the
+    paper's published per-task ratios, `excess_band`, shaded). The line at 1 is no difference. Comparisons
+    whose whole tau interval lies more than `apart` from 1 are drawn in a row of panels of their own, below,
+    so that they do not squeeze the others' scale."""
+    v = verdicts[~verdicts.comparison.str.contains(" over ")]
+    v = pd.concat([v[v.family == "primary"], v[v.family != "primary"]], ignore_index=True)
+    v = v.assign(label=_comparison_labels(v))
+    far = (v.lo > 1 + apart) | (v.hi < 1 - apart)
+    groups = [g for g in (v[~far], v[far]) if len(g)]
     colors = dict(zip(v.family.unique(), sns.color_palette("tab10")))
-    y = np.arange(len(v))[::-1]
-    for family, g in v.groupby("family", sort=False):
-        rows = y[g.index]
-        ax.errorbar(g.ratio, rows, xerr=[g.ratio - g.lo, g.hi - g.ratio], fmt="o", color=colors[family],
-                    capsize=3, label=family)
-    ax.set_yticks(y, labels)
-    ax.set_xlabel("tau ratio (interval: 97.5% primary, 95% otherwise)")
-    ax.legend(loc="upper center", bbox_to_anchor=(0.3, -0.22), ncol=3, fontsize=9, frameon=False)
+    fig, axes = plt.subplots(len(groups), 2, sharey="row", squeeze=False,
+                             figsize=(COLUMN_IN, 0.36 * len(v) + 1.2 * len(groups) + 1.2),
+                             gridspec_kw={"height_ratios": [len(g) + 1 for g in groups]})
+    handles = {}
+    for row, g in enumerate(groups):
+        left, right = axes[row]
+        y = np.arange(len(g))[::-1]
+        if row == 0:  # the shading and the line at 1 where the comparisons lie near it
+            handles[f"equivalence margin (±{margin:.0%})"] = left.axvspan(1 - margin, 1 + margin, color="0.85",
+                                                                          alpha=0.6, lw=0)
+            handles[f"the paper's claim in tau ({band[0] - 1:+.0%} to {band[1] - 1:+.0%})"] = left.axvspan(
+                *band, color="tab:green", alpha=0.25, lw=0)
+            handles[f"the paper's per-task ratios in tau - 1 ({excess_band[0] - 1:+.1%} to "
+                    f"{excess_band[1] - 1:+.1%})"] = right.axvspan(*excess_band, color="tab:purple", alpha=0.2, lw=0)
+            for ax in (left, right):
+                ax.axvline(1, color="0.3", lw=1)
+        for ax, (value, lo, hi) in ((left, ("ratio", "lo", "hi")),
+                                    (right, ("excess_ratio", "excess_lo", "excess_hi"))):
+            for family, rows in g.groupby("family", sort=False):
+                at = y[[g.index.get_loc(i) for i in rows.index]]
+                handles[family] = ax.errorbar(rows[value], at, xerr=[rows[value] - rows[lo], rows[hi] - rows[value]],
+                                              fmt="o", ms=5, color=colors[family], capsize=3)
+        left.set_yticks(y, g.label)
+        left.set_ylim(-0.6, len(g) - 0.4)
+    axes[-1][0].set_xlabel("tau ratio")
+    axes[-1][1].set_xlabel("ratio of tau - 1 (the paper's)")
+    fig.legend(list(handles.values()), list(handles), loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=2,
+               fontsize=MIN_PT, frameon=False)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def per_task_ratios(per_task: pd.DataFrame, *, paper_targets: pd.DataFrame | None = None, title: str = ""):
+    """The primary comparisons' tau ratio per Spec-Bench task (dots with 95% intervals over that task's
+    prompts and the seeds, 25-node tree) beside the paper's Clover-2 / EAGLE-1 ratio for the task
+    (`per_task.csv`'s `paper`, the mean of its two targets: crosses) and, where given, each of the paper's
+    targets' own ratio (`paper_targets`: columns source, task, tau_ratio, from
+    `paper.clover2_over_eagle1`: small grey marks)."""
+    p = per_task[(per_task.family == "primary") & (per_task.tree == "eagle25")]
+    tasks = list(dict.fromkeys(t for t in TASK_LABELS if t in set(p.task))) or sorted(p.task.unique())
+    fig, ax = plt.subplots(figsize=(COLUMN_IN, 3.6))
+    comparisons = list(p.comparison.unique())
+    width = 0.7 / max(1, len(comparisons) + 1)
+    offset = lambda i: (i - len(comparisons) / 2) * width  # noqa: E731 (the paper's crosses in the last slot)
+    for i, (comparison, color) in enumerate(zip(comparisons, sns.color_palette("tab10"))):
+        g = p[p.comparison == comparison].set_index("task").reindex(tasks)
+        ax.errorbar(np.arange(len(tasks)) + offset(i), g.ratio, yerr=[g.ratio - g.lo, g.hi - g.ratio], fmt="o",
+                    color=color, capsize=3, label=f"P{i + 1}: {comparison}")
+    x_paper = np.arange(len(tasks)) + offset(len(comparisons))
+    if paper_targets is not None and not paper_targets.empty:
+        for (source, g), marker in zip(paper_targets.groupby("source", sort=False), ("^", "v", "<", ">")):
+            g = g.set_index("task").reindex(tasks)
+            ax.scatter(x_paper, g.tau_ratio, marker=marker, s=22, color="0.55", zorder=3,
+                       label=f"the paper, {source}")
+    paper = p.drop_duplicates("task").set_index("task").reindex(tasks).paper
+    ax.scatter(x_paper, paper, marker="x", s=60, color="black", zorder=4,
+               label="the paper, mean of its targets")
+    ax.axhline(1, color="0.3", lw=1)
+    ax.set_xticks(np.arange(len(tasks)), [TASK_LABELS.get(t, t) for t in tasks])
+    ax.tick_params(axis="x", labelsize=MIN_PT + 1)
+    ax.set_ylabel("tau ratio (Clover-2 / EAGLE-1)")
+    h, labels = ax.get_legend_handles_labels()  # the study's comparisons first, then the paper's marks
+    first = [i for i, label in enumerate(labels) if not label.startswith("the paper")]
+    order = first + [i for i in range(len(labels)) if i not in first]
+    ax.legend([h[i] for i in order], [labels[i] for i in order], loc="upper center", bbox_to_anchor=(0.5, -0.12),
+              ncol=2, fontsize=MIN_PT, frameon=False)
     if title:
         ax.set_title(title, fontsize=10)
     fig.tight_layout()
     return fig
 
 
-def per_task_ratios(per_task: pd.DataFrame, *, title: str = ""):
-    """The primary comparisons' tau ratio per Spec-Bench task (dots with 95% intervals over that task's
-    prompts and the seeds, 25-node tree) beside the paper's Clover-2 / EAGLE-1 ratio for the task (crosses)."""
-    p = per_task[(per_task.family == "primary") & (per_task.tree == "eagle25")]
-    tasks = list(dict.fromkeys(t for t in TASK_LABELS if t in set(p.task))) or sorted(p.task.unique())
-    fig, ax = plt.subplots(figsize=(COLUMN_IN, 3.2))
-    comparisons = list(p.comparison.unique())
-    width = 0.7 / max(1, len(comparisons))
-    for i, (comparison, color) in enumerate(zip(comparisons, sns.color_palette("tab10"))):
-        g = p[p.comparison == comparison].set_index("task").reindex(tasks)
-        x = np.arange(len(tasks)) + (i - (len(comparisons) - 1) / 2) * width
-        ax.errorbar(x, g.ratio, yerr=[g.ratio - g.lo, g.hi - g.ratio], fmt="o", color=color, capsize=3,
-                    label=comparison)
-    paper = p.drop_duplicates("task").set_index("task").reindex(tasks).paper
-    ax.scatter(np.arange(len(tasks)), paper, marker="x", s=60, color="black", zorder=3,
-               label="the paper: Clover-2 / EAGLE-1")
-    ax.axhline(1, color="0.3", lw=1)
-    ax.set_xticks(np.arange(len(tasks)), [TASK_LABELS.get(t, t) for t in tasks])
-    ax.set_ylabel("tau ratio")
-    return _legend_beside(fig, ax, title)
-
-
 def study_curve(curve: pd.DataFrame, spread: pd.DataFrame, *, arms: list[str], title: str = ""):
     """The designed study's learning curve: seed 0's tau (25-node tree) at every annealed budget against
     the answer tokens it saw (log scale), and at the budgets with seeds, their mean and standard deviation."""
     c = curve[curve.arm.isin(arms) & (curve.share == 1)]
-    s = spread[spread.arm.isin(arms) & (spread.share == 1) & (spread.tree == "eagle25") & (spread.seeds > 1)]
+    s = (spread[spread.arm.isin(arms) & (spread.share == 1) & (spread.tree == "eagle25") & (spread.seeds > 1)]
+         if not spread.empty else pd.DataFrame(columns=["arm", "budget", "tau", "seed_sd", "seeds"]))
     tokens = c.set_index(["arm", "budget"]).tokens
     fig, ax = plt.subplots(figsize=(COLUMN_IN, 3.2))
     for arm, color in zip(arms, sns.color_palette("tab10")):

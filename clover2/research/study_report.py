@@ -13,14 +13,24 @@ under its rules), the page reads the study by the protocol's rules from before i
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pandas as pd
 
 from clover2.files import write_csv, write_text
 from clover2.measure.provenance import machine
-from clover2.research.design import Experiment
+from clover2.research import paper
+from clover2.research.design import DesignConfig, Experiment
 from clover2.research.figures import forest, per_task_ratios, save, study_curve
-from clover2.research.verdicts import analyze, machine_text, machine_time, page, speed_table
+from clover2.research.verdicts import (
+    analyze,
+    claim_band,
+    drawn_apart,
+    machine_text,
+    machine_time,
+    page,
+    speed_table,
+)
 
 FIGURES = "figures"  # results/<profile>/figures/: the page's images
 
@@ -37,7 +47,6 @@ def write_report(experiment: Experiment) -> dict[str, pd.DataFrame]:
     if design is experiment.design and not replays.empty:  # the readings before amendment 1 stay beside its own
         before = analyze(design.before_amendment(), runs, replays, dev).get("verdicts", pd.DataFrame())
         tables["earlier"] = before[before.family == "primary"] if len(before) else before
-    figures = _figures(design, tables, results / FIGURES)
     if (experiment.published() / "check.csv").exists():  # on the page only: the CSV is check.csv itself
         tables["published"] = pd.read_csv(experiment.published() / "check.csv")[
             ["arm", "tree", "committed_tau", "published_tau", "difference", "cpu", "date"]]
@@ -57,22 +66,36 @@ def write_report(experiment: Experiment) -> dict[str, pd.DataFrame]:
     commits = f"{runs.commit.nunique()} commits" if len(runs) else "-"
     downloads = sorted(str(p.relative_to(results)) for p in (*results.glob("*.csv"), *results.glob("speed*/*.csv"),
                                                              *experiment.published().glob("*/draft.*")))
-    write_text(results / "README.md", page(design, tables, experiment.status(), machine=cpus, commits=commits,
-                                           figures=figures, amended=design is experiment.design, downloads=downloads))
+    write_page(results, design, tables, experiment.status(), machine=cpus, commits=commits,
+               amended=design is experiment.design, downloads=downloads)
     return tables
 
 
-def _figures(design, tables: dict[str, pd.DataFrame], out) -> dict[str, str]:
-    """The page's figures, by the table each follows: its path relative to the page."""
-    made = {}
-    band = (1 + design.smallest_claim, 1 + design.largest_claim)
+def write_page(results: Path, design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataFrame, *,
+               machine: str, commits: str, amended: bool = True, downloads: list[str] = ()) -> dict[str, str]:
+    """The figures (`draw_figures`) and the page, `README.md`, into `results`, from the study's tables;
+    returns the figures drawn, by the table each is drawn from."""
+    figures = draw_figures(design, tables, results / FIGURES)
+    write_text(results / "README.md", page(design, tables, status, machine=machine, commits=commits,
+                                           figures=figures, amended=amended, downloads=downloads))
+    return figures
+
+
+def draw_figures(design: DesignConfig, tables: dict[str, pd.DataFrame], out: Path) -> dict[str, str]:
+    """The page's figures, each drawn from the table it shows (where that table has rows): every comparison
+    as a forest plot (`verdicts`), the primary ones per task beside the paper's (`per_task`), the learning
+    curve (`curve`, with `spread`'s seeds). Returns each one's path relative to the page, by table."""
+    excess = paper.ratios().extra_tokens_ratio
     drawn = {
-        "verdicts": ("forest.png", lambda: forest(tables["verdicts"], band=band)),
-        "per_task": ("per-task.png", lambda: per_task_ratios(tables["per_task"])),
-        "curve": ("curve.png", lambda: study_curve(tables["curve"], tables["spread"],
+        "verdicts": ("forest.png", lambda: forest(tables["verdicts"], band=claim_band(design), margin=design.margin,
+                                                  excess_band=(excess.min(), excess.max()),
+                                                  apart=drawn_apart(design))),
+        "per_task": ("per-task.png", lambda: per_task_ratios(tables["per_task"], paper_targets=paper.ratios())),
+        "curve": ("curve.png", lambda: study_curve(tables["curve"], tables.get("spread", pd.DataFrame()),
                                                    arms=[*design.primary, design.reference])),
     }
     out.mkdir(parents=True, exist_ok=True)
+    made = {}
     for key, (name, draw) in drawn.items():
         if not tables.get(key, pd.DataFrame()).empty:
             save(draw(), out / name)

@@ -27,6 +27,7 @@ from clover2.errors import Clover2Error
 from clover2.files import stable_hash
 from clover2.research.design import ELSEWHERE, DesignConfig, chosen_lr, run_lr
 from clover2.research.paper import PAPER_ANSWER_TOKENS, clover2_over_eagle1
+from clover2.research.paper import ratios as paper_ratios
 from clover2.research.paper import tau as paper_tau
 from clover2.research.report import TASK_LABELS
 
@@ -656,14 +657,102 @@ def _speed_note(speed: pd.DataFrame | None, design: DesignConfig) -> str:
             f"{load} A CPU is not the hardware of the paper's speed claim (the protocol).")
 
 
+def claim_band(design: DesignConfig) -> tuple[float, float]:
+    """The paper's claimed gain in tau as the protocol reads it, as the ratios 1 + its smallest and largest."""
+    return 1 + design.smallest_claim, 1 + design.largest_claim
+
+
+def drawn_apart(design: DesignConfig) -> float:
+    """How far from 1 a comparison's whole tau interval must lie for the forest plot to draw it in a row of its
+    own (so that it does not squeeze the others' scale): twice the paper's largest claimed gain."""
+    return 2 * design.largest_claim
+
+
+def _per_task_prompts(per_task: pd.DataFrame) -> str:
+    """The prompts a task holds, as the per-task notes say it: their count, or about their median count."""
+    counts = per_task.prompts.unique()
+    return f"{counts[0]}" if len(counts) == 1 else f"about {int(np.median(per_task.prompts))}"
+
+
+def _findings(design: DesignConfig, tables: dict[str, pd.DataFrame]) -> list[str]:
+    """The page's findings after the primary pair, one bullet each, from the tables: every other family's
+    comparisons and verdicts, the primary pair's range over the tasks beside the paper's, and what more
+    training gave seed 0 of the primary arms and the reference."""
+    lines = []
+    v = tables.get("verdicts", pd.DataFrame())
+    if not v.empty:
+        rest = v[v.family != "primary"]
+        named = readable("verdicts", rest).comparison if len(rest) else pd.Series(dtype=str)
+        for family, g in rest.assign(named=named.to_numpy()).groupby("family", sort=False):
+            lines.append(f"- **{family}**: " + "; ".join(
+                f"{r.named}: {r.ratio:.3f} {bracket(r.lo, r.hi)}, {r.verdict}" for r in g.itertuples()) + ".")
+    t = tables.get("per_task", pd.DataFrame())
+    t = t[(t.family == "primary") & (t.tree == "eagle25")] if not t.empty else t
+    if not t.empty:
+        spans = [f"{c} {g.ratio.min():.2f} to {g.ratio.max():.2f}" for c, g in t.groupby("comparison", sort=False)]
+        paper = t.drop_duplicates("task").paper.dropna()
+        lines.append(f"- **per task** (descriptive, {_per_task_prompts(t)} prompts a task): " + ", ".join(spans)
+                     + (f"; the paper's Clover-2 / EAGLE-1 {paper.min():.2f} to {paper.max():.2f} (the mean of its "
+                        "targets)" if len(paper) else "") + ".")
+    c = tables.get("curve", pd.DataFrame())
+    c = c[c.arm.isin((*design.primary, design.reference)) & (c.share == 1)] if not c.empty else c
+    if not c.empty and c.budget.nunique() > 1:
+        first, last = c.budget.min(), c.budget.max()
+        ends = c[c.budget.isin([first, last])].pivot_table(index="arm", columns="budget", values="tau", sort=False)
+        lines.append(f"- **longer training**: seed 0's tau on the 25-node tree from {first} to {last} steps, "
+                     + ", ".join(f"{arm} {r[first]:.3f} to {r[last]:.3f}" for arm, r in ends.dropna().iterrows())
+                     + ".")
+    return lines
+
+
+FIGURE_NAMES = {"verdicts": "study-forest", "per_task": "study-per-task", "curve": "study-curve"}  # MyST labels
+
+
+def _captions(design: DesignConfig, tables: dict[str, pd.DataFrame]) -> dict[str, tuple[str, str]]:
+    """Each figure's alt text and caption, by the table it is drawn from."""
+    lo, hi = claim_band(design)
+    ours = paper_ratios()  # the paper's own Clover-2 / EAGLE-1 ratios, per target and task
+    excess = ours.extra_tokens_ratio
+    v = tables.get("verdicts", pd.DataFrame())
+    primary = ", ".join(f"P{i + 1}" for i in range(int((v.family == "primary").sum()))) if len(v) else ""
+    t = tables.get("per_task", pd.DataFrame())
+    return {
+        "verdicts": ("Forest plot of every comparison's tau ratio and ratio of tau - 1 with its interval",
+                     f"Every comparison of the study, the primary ones ({primary}) first: the ratio of the two "
+                     "arms' tau with its interval over seeds and prompts (97.5% for the primary ones, 95% for the "
+                     "rest), left in tau, right in the paper's own convention, the ratio of the extra tokens per "
+                     f"step (tau - 1). Shaded on the left: the paper's claimed gain as the protocol reads it "
+                     f"({lo - 1:+.0%} to {hi - 1:+.0%}) and the equivalence margin (±{design.margin:.0%}); on the "
+                     f"right: the range of the paper's own ratios of tau - 1 over its {ours.source.nunique()} "
+                     f"targets and {ours.task.nunique()} tasks ({excess.min() - 1:+.1%} to {excess.max() - 1:+.1%}). "
+                     f"A comparison whose whole interval lies more than {drawn_apart(design):.0%} from 1 is drawn in "
+                     "a row below, on its own scale. The budget family's ratios of ratios are in the table below."),
+        "per_task": ("The primary comparisons' tau ratio per task beside the paper's",
+                     "The primary comparisons' tau ratio within each task's prompts (25-node tree; "
+                     + (f"{_per_task_prompts(t)} prompts a task; " if len(t) else "") + "95% intervals over those "
+                     "prompts and the seeds), beside the paper's Clover-2 / EAGLE-1 ratio for the task: each of its "
+                     "targets, and their mean (the number in the per-task table below)."),
+        "curve": ("tau against the answer tokens seen, per arm",
+                  "Seed 0's tau on the 25-node tree at every annealed budget against the answer tokens it saw (log "
+                  "scale), and at the budgets with several seeds their mean and standard deviation (open squares)."),
+    }
+
+
+def _figure(path: str, name: str, alt: str, caption: str) -> list[str]:
+    """A MyST figure: its image, label, alt text and caption."""
+    return ["", f"```{{figure}} {path}", f":name: {name}", f":alt: {alt}", "", caption, "```"]
+
+
 def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataFrame, *, machine: str,
          commits: str, figures: dict[str, str] | None = None, amended: bool = True,
          downloads: list[str] = ()) -> str:
-    """The study's results page, generated from its tables: the primary verdicts first, then every table
-    (each followed by its figure in `figures`, by table name, where one was drawn), then what is not
-    finished (said in the first paragraph once every run is), then the files behind it (`downloads`,
-    relative to the page: served by the built book). `amended`: False while amendment 1's grids run and
-    the page reads the protocol's earlier rules (said first). Nothing on it is typed by hand."""
+    """The study's results page, generated from its tables: its findings first (the primary verdicts in
+    words, then every other comparison, the tasks and the learning curve in a line each), then its figures
+    (`figures`: each one's path relative to the page, by the table it is drawn from) with their captions,
+    then every table, what is not finished, how and where the study ran, and the files behind it
+    (`downloads`, relative to the page: served by the built book). `amended`: False while amendment 1's
+    grids run and the page reads the protocol's earlier rules (said with the findings). Nothing on it is
+    typed by hand."""
     figures = figures or {}
     elsewhere = status.state == ELSEWHERE  # the machine replicate, until the study meets another CPU kind
     done, left = (status.state == "done").sum(), status[(status.state != "done") & ~elsewhere]
@@ -675,10 +764,8 @@ def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataF
                 f"{done} of {len(status)} planned runs finished ({int(status.steps.isna().sum())} more wait for a "
                 "learning-rate choice).")
     lines = ["# The designed study: results", "",
-             f"Generated from `results/study/runs.csv` and `replays.csv` by `clover2 study report`. {progress} "
-             f"Trained in fp32, code at {commits} (each run's in `runs.csv`), on {machine} (wall clock: "
-             "`runs.csv`, and each stretch of `clover2 study run`, logged in `sittings.csv` since 2026-12-04). "
-             f"The protocol is {{doc}}`../../book/protocol`.", ""]
+             "What the study found, each verdict given by the rules its protocol fixed before the runs "
+             f"({{doc}}`../../book/protocol`). {progress} How and where it ran is at the end of the page.", ""]
     if not amended:
         lines += ["Amendment 1's learning-rate grids are still running, so every reading below is made by the "
                   "protocol's rules from before it (a grid extended once, no half steps), with its bootstrap's "
@@ -686,9 +773,9 @@ def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataF
                   "grids are finished.", ""]
     v = tables.get("verdicts", pd.DataFrame())
     primary = v[v.family == "primary"] if not v.empty else v
-    lines += ["## The primary comparisons", ""]
-    if primary.empty:
-        lines += ["No primary comparison has its replays yet.", ""]
+    lines += ["## Findings", ""]
+    lines += (["No primary comparison has its replays yet.", ""] if primary.empty else
+              ["The primary comparisons, each a tau ratio with its interval:", ""])
     for r in primary.itertuples():
         lines += [f"- **{r.comparison}** (tau ratio, {_tree(r.tree)} tree, {r.budget} steps, {r.seeds} seeds, "
                   f"{r.prompts} prompts): {r.ratio:.3f} {bracket(r.lo, r.hi)} at {r.level:.1%}: "
@@ -701,18 +788,30 @@ def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataF
                        else f"The learning rates chosen for {' and '.join(edge)} are at the edges of their extended "
                        "grids") + " (below): each verdict is the protocol's at the rates it chose, and a rate beyond "
                   "the grid might do better."]
+    found = _findings(design, tables)
+    if found:
+        lines += ["", "The other comparisons, each family Holm-corrected on its own (the tau ratio with its 95% "
+                  "interval and the verdict), then what the tasks and the learning curve show, without verdicts:", "",
+                  *found]
+    drawn = [key for key in FIGURE_NAMES if key in figures]
+    if drawn:
+        captions = _captions(design, tables)
+        lines += ["", "## The study in figures"]
+        for key in drawn:
+            lines += _figure(figures[key], FIGURE_NAMES[key], *captions[key])
     names = {
         "verdicts": ("The secondary comparisons", f"The tau ratio at {design.main} steps on the 25-node tree unless "
                      "named, with its interval over seeds and prompts (95%), and the ratio of tau - 1 (the "
                      "paper's extra tokens per step); the bootstrap's two-sided p, Holm-corrected within each "
                      "family. Every comparison with its raw p and prompt count, the primary two too, is in "
-                     "`verdicts.csv`. The figure shows every comparison, the primary two included, against the "
-                     f"paper's claimed gain of {design.smallest_claim:.0%}-{design.largest_claim:.0%}."),
+                     "`verdicts.csv`. The first figure above shows every comparison, the primary two included, "
+                     f"against the paper's claimed gain of {design.smallest_claim:.0%}-{design.largest_claim:.0%}."),
         "earlier": ("The primary comparisons by the protocol's first rules", "Each arm at the rate the protocol's "
                     "first grid chose (extended once, no half steps), as read before amendment 1, with the same "
                     "bootstrap: the amendment's readings above replace these."),
-        "per_task": ("Per task", "Each comparison's tau ratio within each Spec-Bench task's prompts (about 24 a "
-                     "task; 95% intervals over those prompts and the seeds; descriptive, no verdict), beside the "
+        "per_task": ("Per task", "Each comparison's tau ratio within each Spec-Bench task's prompts ("
+                     + (f"{_per_task_prompts(tables['per_task'])} a task; " if len(tables.get("per_task", ())) else "")
+                     + "95% intervals over those prompts and the seeds; descriptive, no verdict), beside the "
                      "paper's Clover-2 / EAGLE-1 ratio per task (the mean of its two targets)."),
         "spread": ("tau per arm", "The seeds' mean tau at each budget and tree (EAGLE-1's 25-node tree unless "
                    "named), with the seed-to-seed standard deviation and the half-width of one seed's 95% interval "
@@ -769,8 +868,6 @@ def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataF
                 note += f" Replayed on {frame['replayed on'].iloc[0]}."
                 frame = frame.drop(columns=["replayed on"])
             lines += ["", f"## {title}", "", note, "", markdown(frame)]
-            if key in figures:
-                lines += ["", f"![{title}]({figures[key]})"]
     if not left.empty:
         runs = left.groupby("arm", sort=False).run.size()
         todo = (f"{len(left)} run{'s' * (len(left) != 1)} ({int(left.steps.isna().sum())} of them wait for their "
@@ -780,13 +877,19 @@ def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataF
     elif tables.get("speed", pd.DataFrame()).empty:
         lines += ["", "The primary pair's speed is measured last, alone on the machine (the next `clover2 study "
                   "run`).", ""]
+    while lines and not lines[-1]:  # one blank line before the next heading
+        lines.pop()
+    lines += ["", "## How and where it ran", "",
+              f"Generated from `results/study/runs.csv` and `replays.csv` by `clover2 study report`. Trained in "
+              f"fp32, code at {commits} (each run's in `runs.csv`), on {machine} (wall clock: `runs.csv`, and each "
+              "stretch of `clover2 study run`, logged in `sittings.csv` since 2026-12-04).", ""]
     if downloads:
         link = lambda path, text=None: f"{{download}}`{text or path.rpartition('/')[2]} <{path}>`"  # noqa: E731
         groups: dict[str, list[str]] = {}
         for path in downloads:
             groups.setdefault(path.rpartition("/")[0], []).append(path)
         rows = [f"- **{folder or 'tables'}**: " + ", ".join(map(link, paths)) for folder, paths in groups.items()]
-        lines += ["", "## The files behind this page", "",
+        lines += ["## The files behind this page", "",
                   "Every table above and the published drafts, as the study wrote them (the columns: "
                   "`results/README.md`; a draft's folder, both files, loads with `clover2.load_draft`):", "",
                   *rows, ""]
