@@ -374,7 +374,9 @@ def _run_bench(target: Target, config: BenchConfig, drafts: Mapping[str, Path] |
     paths = list(dict.fromkeys(s.draft for s in specs if s.is_draft))
     spec_of = {s.draft: s for s in specs if s.is_draft}
     models = {(p, w): load_draft_for(spec_of[p], target, weights=w) for p in paths for w in precisions}
-    env = environment(target) | {"bench": asdict(config), "drafts": {  # by content, not by (machine) path
+    # the engine's tree by its folder's name (its version: env["llama_cpp"]), drafts by content: no machine path
+    bench = asdict(replace(config, llama_cpp=Path(config.llama_cpp).name))
+    env = environment(target) | {"bench": bench, "drafts": {
         s.arch: {"folder": s.draft.name,
                  "weights_sha256": json.loads((s.draft / SIDECAR).read_text())["weights_sha256"]}
         for s in specs if s.is_draft}, "calibration_tasks": dict(Counter(r.category for r in calib_records))}

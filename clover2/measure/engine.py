@@ -193,7 +193,8 @@ def engine_methods(cpp: LlamaCpp, specs: list[MethodSpec], target: Target, *, ma
         raise Clover2Error(f"the llama.cpp methods run the target at f32, as clover2's exact path: load the "
                            f"target in float32 (--dtype float32), not {target.dtype}")
     home = cache_root() / "engine" / target_record(target)["fingerprint_bf16"][:12]
-    model = cpp.convert(_target_folder(target, home / "target-hf"), home / "target-f32.gguf")
+    folder = _target_folder(target, home / "target-hf")
+    model = cpp.convert(folder, home / "target-f32.gguf")
     log_dir.mkdir(parents=True, exist_ok=True)
     methods, record = [], {"engine": "llama.cpp", "version": cpp.version(), "target_gguf": model.name,
                            "threads": threads, "dtype": "f32", "drafts": {},
@@ -209,7 +210,7 @@ def engine_methods(cpp: LlamaCpp, specs: list[MethodSpec], target: Target, *, ma
             if not draft.exists():
                 exported = export_draft(load_draft(s.draft, target, weights="float"), target,
                                         home / f"eagle3-{sha[:12]}-speculators", "speculators", source_sha256=sha)
-                cpp.convert(exported, draft, target_dir=_target_folder(target, home / "target-hf"))
+                cpp.convert(exported, draft, target_dir=folder)
             record["drafts"][s.label] = {"weights_sha256": sha, "gguf": draft.name}
         n_max = int(s.tree.removeprefix("chain")) if s.tree else 0
         exact = s.engine != ENGINE_DEFAULTS

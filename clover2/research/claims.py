@@ -448,10 +448,6 @@ def engines(results: Path) -> str:
     folder = results / "engine"
     if not (folder / "bench.csv").exists():
         return "Not measured yet: `results/engine/` holds no run.\n"
-    return _engine_table(folder)
-
-
-def _engine_table(folder: Path) -> str:
     bench, pairs = _read(folder / "bench.csv"), _read(folder / "paired.csv")
     env = json.loads((folder / "env.json").read_text())
     rows = bench[(bench.task == "overall") & (bench.temperature == 0)]
