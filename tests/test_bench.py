@@ -265,6 +265,26 @@ def test_spec_bench_file_is_sampled_per_category_and_bad_tasks_are_refused(tmp_p
         load_task(str(bad))
 
 
+def test_two_drafts_of_one_architecture_keep_a_record_each(tmp_path):
+    """Two Clover-2 drafts in one run (the paper's recipe and a variant, each named by its folder): each
+    keeps its own fitted tree, fit table and draft record, keyed as its method names it."""
+    t = tiny_target("llama")
+    cfg = DraftConfig.for_arch("clover2", num_heads=2)
+    for name, seed in (("official", 0), ("variant", 1)):
+        torch.manual_seed(seed)
+        save_draft(tmp_path / name, build_draft(cfg, t), t, cfg, extra={})
+    config = BenchConfig(tasks=(str(_spec_bench_file(tmp_path / "question.jsonl")),), n_per_task=1, max_new_tokens=6,
+                         methods=("ar", *(f"clover2@fitted={tmp_path / n}" for n in ("official", "variant"))),
+                         fit=FitConfig(max_depth=2, top_k=2, prompts=1, max_new_tokens=6), threads=1,
+                         draft_weights="float")
+    run_bench(t, config, None, tmp_path / "out")
+    env = json.loads((tmp_path / "out" / "env.json").read_text())
+    assert set(env["fitted_trees"]) == set(env["drafts"]) == {"clover2=official", "clover2=variant"}
+    assert {d["weights_sha256"] for d in env["drafts"].values()} == {
+        json.loads((tmp_path / n / "draft.json").read_text())["weights_sha256"] for n in ("official", "variant")}
+    assert all((tmp_path / "out" / f"fit_clover2={n}.csv").exists() for n in ("official", "variant"))
+
+
 def test_configured_bench_with_a_fitted_tree_writes_the_table(tmp_path):
     """The whole `clover2 bench --config` path on a tiny target: tasks from a Spec-Bench file, a draft
     with static, dynamic and fitted trees, greedy and sampled; greedy drafts stay token-identical."""

@@ -292,6 +292,13 @@ def _fit_key(spec: MethodSpec) -> tuple[str, Path, str]:
     return spec.name if spec.name in UNIONS else spec.arch, spec.draft, spec.engine
 
 
+def record_name(spec: MethodSpec, name: str) -> str:
+    """`name` (an architecture, or a union's method name and engine) as the run's records key it: with
+    `=folder` where the method named its draft, so that two drafts of one architecture keep a record each
+    (`clover2=clover2-official` beside `clover2`)."""
+    return name + (f"={spec.named}" if spec.named else "")
+
+
 def draft_precisions(weights: str, target: Target) -> tuple[str, ...]:
     """The draft precisions a run chooses between: both on a CPU under `auto`, else the one given."""
     if weights == "auto":
@@ -377,7 +384,7 @@ def _run_bench(target: Target, config: BenchConfig, drafts: Mapping[str, Path] |
     # the engine's tree by its folder's name (its version: env["llama_cpp"]), drafts by content: no machine path
     bench = asdict(replace(config, llama_cpp=Path(config.llama_cpp).name))
     env = environment(target) | {"bench": bench, "drafts": {
-        s.arch: {"folder": s.draft.name,
+        record_name(s, s.arch): {"folder": s.draft.name,
                  "weights_sha256": json.loads((s.draft / SIDECAR).read_text())["weights_sha256"]}
         for s in specs if s.is_draft}, "calibration_tasks": dict(Counter(r.category for r in calib_records))}
     # The verification cost curve of every engine in the run (what fitted trees are fitted to; it
@@ -386,10 +393,10 @@ def _run_bench(target: Target, config: BenchConfig, drafts: Mapping[str, Path] |
     curves, env["kernel_check"] = checked_cost_curves(target, engines)
     write_csv(out / "cost_curve.csv", pd.concat([c.assign(engine=e) for e, c in curves.items()], ignore_index=True))
     kernels = [pd.DataFrame(target.kernel_record()["timings"]).assign(model="target")] + [
-        pd.DataFrame(getattr(m, "kernel_timings", [])).assign(model=f"{spec_of[p].arch} ({w})")
+        pd.DataFrame(getattr(m, "kernel_timings", [])).assign(model=f"{record_name(spec_of[p], spec_of[p].arch)} ({w})")
         for (p, w), m in models.items()]
     write_csv(out / "kernels.csv", pd.concat(kernels, ignore_index=True))  # what each model's kernels were chosen from
-    env["draft_kernels"] = {f"{spec_of[p].arch} ({w})": m.kernel_dispatch.plan.describe()
+    env["draft_kernels"] = {f"{record_name(spec_of[p], spec_of[p].arch)} ({w})": m.kernel_dispatch.plan.describe()
                             for (p, w), m in models.items() if hasattr(m, "kernel_dispatch")}
     env["bandwidth"] = bandwidth_floor(target)
     env["engines"] = {e: {"cuda_graphs": e == "graphs" and target.device.type == "cuda"} for e in engines}
@@ -408,7 +415,7 @@ def _run_bench(target: Target, config: BenchConfig, drafts: Mapping[str, Path] |
                                         .predicted_speedup.max()) for w in precisions}
     precision = max(precisions, key=lambda w: sum(np.log(p[w]) for p in predicted.values()))  # ties: the first
     for path in paths:
-        arch = spec_of[path].arch
+        arch = record_name(spec_of[path], spec_of[path].arch)
         env["drafts"][arch] |= {"weights": precision} | (
             {"predicted_speedup_by_weights": predicted[path]} if path in predicted else {})
         if needed[path]:
@@ -421,7 +428,7 @@ def _run_bench(target: Target, config: BenchConfig, drafts: Mapping[str, Path] |
             continue
         fitted[key], table = fit(calibrations[s.draft, s.engine, precision], curves[s.engine], config.fit,
                                  copy=s.name in UNIONS)
-        name = key[0] if s.engine == "eager" else f"{key[0]}!{s.engine}"
+        name = record_name(s, key[0] if s.engine == "eager" else f"{key[0]}!{s.engine}")
         write_csv(out / f"fit_{name}.csv", table)
         env.setdefault("fitted_trees", {})[name] = fitted[key].record() if fitted[key] else \
             {"budget": 0, "depth": 0, "predicted_speedup": float(table.predicted_speedup.max())}  # 0: plain decoding

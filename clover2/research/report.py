@@ -112,20 +112,18 @@ def _interval(row) -> str:
 
 def paired_comparison(paired: pd.DataFrame, a: str, b: str, temperature: float = 0.0) -> str | None:
     """`a` against `b` on the same prompts (`paired`: the benchmark's paired.csv): the speed ratio
-    (`SPEED_STATISTIC`, as every speedup), how many prompts `a` was faster on, and
-    the tau ratio; with a verdict (faster, slower, or a tie where the interval holds 1). None where
-    the run did not measure the pair."""
+    (`SPEED_STATISTIC`, as every speedup), how many prompts `a` was faster on, and the tau ratio. No
+    verdict: the interval covers the prompts of one training seed's drafts, and a comparison of drafts
+    needs seeds too (the designed study's). None where the run did not measure the pair."""
     row = paired[(paired.method == a) & (paired.versus == b) & (paired.temperature == temperature)]
     if row.empty:
         return None
     r = row.iloc[0]
-    verdict = ("faster, beyond prompt noise" if r.speed_ratio_lo > 1 else
-               "slower, beyond prompt noise" if r.speed_ratio_hi < 1 else "a tie within prompt noise")
     tau = "" if pd.isna(r.tau_ratio) else f"; tau ratio {r.tau_ratio:.2f}" + (
         f" [{r.tau_ratio_lo:.2f}, {r.tau_ratio_hi:.2f}]" if "tau_ratio_lo" in r and not pd.isna(r.tau_ratio_lo) else "")
     return (f"`{method_label(a, temperature)}` / `{method_label(b, temperature)}`: {r.speed_ratio:.2f}x "
             f"[{r.speed_ratio_lo:.2f}, {r.speed_ratio_hi:.2f}], faster on {int(r.faster_on)} of {int(r.n_prompts)} "
-            f"prompts{tau}: {verdict}")
+            f"prompts{tau}")
 
 
 # The method-against-method comparisons a benchmark page states, paired by prompt, where both ran.
@@ -206,10 +204,12 @@ def speedup_findings(table: pd.DataFrame, env: dict, curve: pd.DataFrame | None 
     if compared:
         lines.append("- **Paired by prompt** (each method's speed over the other's on the same prompt, moments apart, "
                      f"{SPEED_STATISTIC}; the paper: Clover-2 / EAGLE-1 1.01-1.07 at T = 0): "
-                     + "; ".join(compared) + ".")
+                     + "; ".join(compared) + ". The intervals cover prompts, not training seeds: they describe "
+                     "these drafts and decide nothing about the architectures.")
     for name, fitted in env.get("fitted_trees", {}).items():
-        arch, bang, engine = name.partition("!")
-        method = f"{arch}@fitted{bang}{engine}"
+        base, eq, folder = name.partition("=")  # clover2.measure.bench.record_name: ARCH[!ENGINE][=FOLDER]
+        arch, bang, engine = base.partition("!")
+        method = f"{arch}@fitted{bang}{engine}{eq}{folder}"
         if method not in greedy.index:
             continue
         row = greedy.loc[method]
