@@ -168,13 +168,15 @@ def _prepare(args):
 
 @command("generate", "generate answers to prompts, printing one JSON object per prompt",
          TARGET,
-         arg("--method", default="ar", metavar="NAME[@TREE][=DRAFT]",
+         arg("--method", default="suffix", metavar="NAME[@TREE][=DRAFT]",
              help="as every command writes a method: NAME is ar (plain decoding), pld (prompt lookup), suffix (a "
                   "suffix cache), tr (Token Recycling), a draft architecture (" + ", ".join(_architectures())
                   + "), pld+ARCH or suffix+ARCH (prompt lookup or the suffix cache, else the draft) or union+ARCH "
                   "(the suffix cache, prompt lookup and the draft in one tree); TREE a preset (eagle25, medusa63, "
-                  "chainK) or dynamic:BUDGET:DEPTH:TOPK (default eagle25); DRAFT a trained draft folder, which "
-                  "the draft methods need. E.g. clover2@chain2=results/study/drafts/clover2"),
+                  "chainK) or dynamic:BUDGET:DEPTH:TOPK (default: eagle25 on a GPU, chain1 on a CPU, the trees "
+                  "measured fastest there); DRAFT a trained draft folder, which the draft methods need. E.g. "
+                  "suffix+eagle1=results/study/drafts/eagle1. Default: suffix, the fastest exact method without "
+                  "a draft measured here (ar: plain decoding)"),
          arg("--draft", type=Path, help="the same as =DRAFT in --method (the older spelling)"),
          arg("--tree", help="the same as @TREE in --method (the older spelling)"),
          one_of(arg("--prompt", help="one user turn"),
@@ -185,13 +187,15 @@ def _generate(args):
     from clover2.decoding.decode import DecodeConfig
     from clover2.decoding.prompts import PromptRecord, conversation_json, read_prompts, run_conversation
     from clover2.decoding.sampling import SamplingConfig
-    from clover2.drafts.methods import drafter_factory
+    from clover2.drafts.methods import device_tree, drafter_factory
 
     sampling = SamplingConfig(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed)
     config = DecodeConfig(max_new_tokens=args.max_new_tokens, stop_strings=tuple(args.stop), sampling=sampling)
     records = read_prompts(args.prompts) if args.prompts else [PromptRecord(id="0", turns=(args.prompt,))]
     spec = generate_spec(args.method, tree=args.tree, draft=args.draft, temperature=config.sampling.temperature)
     target = _load(args)
+    if args.tree is None:
+        spec = device_tree(spec, args.method, target.device)  # no tree written: the one measured fastest there
     make = drafter_factory(spec, target, sampling=config.sampling)
     for record in records:
         result = conversation_json(target, record, run_conversation(target, make, record, config))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from clover2.research.claims import claims, markdown, speeds
+from clover2.research.claims import claims, markdown
 
 RESULTS = Path(__file__).parents[1] / "results"
 TABLES = ["study/runs.csv", "study/spread.csv", "cpu/bench/bench.csv", "cpu/bench/runs.csv", "cpu/bench/cost_curve.csv"]
@@ -56,26 +56,6 @@ def test_a_cpu_where_the_tree_costs_one_step_tests_the_speedup(tmp_path):
     curve["relative"] = 1.0  # as on a GPU: verifying 26 tokens costs one step
     curve.to_csv(results / "cpu/bench/cost_curve.csv", index=False)
     assert _status(results, "Clover-2 decodes 2.1-3.1x as fast") == "not reproduced"  # about 0.6x here
-
-
-def test_the_speeds_table_says_how_to_run_each_method(tmp_path):
-    """A fitted tree becomes the static tree the benchmark chose; where no draft tree pays, the
-    hybrid is its copying part alone and the draft alone is plain decoding."""
-    import json
-
-    results = _copy(tmp_path)
-    shutil.copy(RESULTS / "cpu/bench/env.json", results / "cpu/bench/env.json")
-    env = json.loads((results / "cpu/bench/env.json").read_text())
-    env["fitted_trees"] = {"clover2": {"budget": 3, "depth": 3}, "union+clover2": {"budget": 0, "depth": 0}}
-    (results / "cpu/bench/env.json").write_text(json.dumps(env))
-    text = speeds(results)
-    assert "`--method pld+clover2@chain3=DRAFT`" in text and "`--method tr@chain4`" in text
-    env["fitted_trees"]["clover2"] = {"budget": 0, "depth": 0}
-    (results / "cpu/bench/env.json").write_text(json.dumps(env))
-    text = speeds(results)
-    assert "| `--method pld` |" in text and "chain0" not in text
-    # what a user cannot run with the published draft is on the benchmark's page, not here
-    assert "(drafts nothing here: plain decoding)" not in text and "eagle1@eagle25" not in text and "hf-pld" not in text
 
 
 def test_an_arm_cut_for_machine_time_reads_as_cut_not_as_undecided(tmp_path):

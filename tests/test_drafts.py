@@ -259,6 +259,35 @@ def test_greedy_output_is_unchanged_by_the_union_of_copying_and_any_draft(tiny, 
     assert merged > 0
 
 
+def test_a_fitted_tree_of_one_node_decodes_as_the_one_token_chain(tiny):
+    """Greedy, one fitted node is the static `chain1` the command line writes (the same token, the cheaper
+    path); sampled, or with more nodes, the fitted dynamic tree itself."""
+    from clover2.decoding.sampling import SamplingConfig
+    from clover2.decoding.tree import Tree
+
+    model = build_draft(DraftConfig.for_arch("clover2", num_heads=2), tiny).eval()
+    spec = MethodSpec.parse("clover2@fitted")
+    chain = fitted_factory(spec, model, Fitted(DynamicTree(1, 1, 8)))().tree
+    assert isinstance(chain, Tree) and chain.parents == Tree.chain(1).parents and chain.ranks == Tree.chain(1).ranks
+    assert isinstance(fitted_factory(spec, model, Fitted(DynamicTree(1, 1, 8)),
+                                     SamplingConfig(temperature=1.0))().tree, DynamicTree)
+    assert fitted_factory(spec, model, Fitted(DynamicTree(3, 2, 4)))().tree == DynamicTree(3, 2, 4)
+
+
+def test_a_draft_method_without_a_tree_decodes_on_the_devices_tree():
+    """`clover2 generate` and `chat`: the paper's tree on a GPU, the one-token chain on a CPU, a written tree
+    kept; the benchmark's spec keeps the paper's tree."""
+    from clover2.drafts.methods import device_tree
+
+    spec = MethodSpec.parse("suffix+eagle1=drafts/eagle1")
+    assert spec.tree == "eagle25"
+    assert device_tree(spec, "suffix+eagle1=drafts/eagle1", "cpu").tree == "chain1"
+    assert device_tree(spec, "suffix+eagle1=drafts/eagle1", torch.device("cuda")).tree == "eagle25"
+    written = MethodSpec.parse("clover2@eagle25=d")
+    assert device_tree(written, "clover2@eagle25=d", "cpu").tree == "eagle25"
+    assert device_tree(MethodSpec.parse("ar"), "ar", "cpu").tree == ""
+
+
 def _propose(target, drafter):
     prompt = PROMPTS[0]
     with torch.no_grad():

@@ -21,8 +21,10 @@ graphs on a GPU); without it, the eager reference.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+
+import torch
 
 from clover2.decoding.cache import ENGINES
 from clover2.decoding.decode import DecodeConfig, generate
@@ -49,7 +51,11 @@ TREE_METHODS = (*ARCHITECTURES, *HYBRIDS, *UNIONS, "tr")  # the names that take 
 # llama.cpp's server (clover2.measure.engine): plain, prompt lookup and EAGLE-3, the last two with a chain
 ENGINE_METHODS = ("llama.cpp", "llama.cpp+pld", "llama.cpp+eagle3")
 ENGINE_DEFAULTS = "defaults"  # `llama.cpp!defaults`: the engine's own attention numerics, not f32
-DEFAULT_TREE = "eagle25"
+DEFAULT_TREE = "eagle25"  # a draft method's tree where none is written (the benchmark's, as the paper's)
+# The tree `clover2 generate` and `chat` decode with where none is written, by the target's device: the
+# paper's 25-node tree on a GPU, where verifying its 26 tokens costs about one step; on a CPU, where it
+# costs 2-3 steps, the tree the benchmark fitted to every published draft (book: "Should I use Clover-2?").
+GENERATE_TREES = {"cuda": "eagle25", "cpu": "chain1"}
 
 
 def method_names() -> tuple[str, ...]:
@@ -199,12 +205,21 @@ def drafters_for(spec: MethodSpec, model: DraftModel, tree: Tree | DynamicTree |
     return lambda: Union(sources(), copy_budgets or {}, one_source=one_source)
 
 
+def device_tree(spec: MethodSpec, written: str, device: torch.device | str) -> MethodSpec:
+    """`spec` as `clover2 generate` and `chat` decode it: a draft method whose text (`written`) names no tree
+    takes the device's (`GENERATE_TREES`); the benchmark keeps `DEFAULT_TREE`, as the paper's tables."""
+    if spec.arch and "@" not in written.partition("=")[0]:
+        return replace(spec, tree=GENERATE_TREES.get(torch.device(device).type, DEFAULT_TREE))
+    return spec
+
+
 def chat(target: Target, method: str, message: str, *, max_new_tokens: int = 256,
          sampling: SamplingConfig = SamplingConfig()) -> str:
     """One user message answered with a method written as every command writes it (`NAME[@TREE][=DRAFT]`,
     e.g. `clover2@chain1=results/study/drafts/clover2`): the answer's text. Greedy by default, and then,
-    in float32, exactly plain decoding's answer (`chat(target, "ar", message)`)."""
-    spec = MethodSpec.parse(method, sampling.temperature)
+    in float32, exactly plain decoding's answer (`chat(target, "ar", message)`). A draft method without a
+    tree decodes with the device's (`device_tree`)."""
+    spec = device_tree(MethodSpec.parse(method, sampling.temperature), method, target.device)
     make = drafter_factory(spec, target, sampling=sampling)
     ids = target.encode_chat([{"role": "user", "content": message}])
     return target.decode(generate(target, make(), ids, DecodeConfig(max_new_tokens=max_new_tokens,

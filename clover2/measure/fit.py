@@ -236,10 +236,14 @@ def fitted_factory(spec: MethodSpec, model: DraftModel, fitted: Fitted | None,
                    sampling: SamplingConfig = SamplingConfig()) -> Callable[[], Drafter]:
     """The drafters of a `@fitted` method: the draft's fitted tree (and, for a union, the copy
     sources' fitted budgets); where nothing was predicted to pay, plain decoding (the copy source
-    alone for a hybrid such as `pld+ARCH`, still a one-source `Union`, which counts what it proposed)."""
+    alone for a hybrid such as `pld+ARCH`, still a one-source `Union`, which counts what it proposed). A greedy
+    tree of one node is the static one-token chain: the same token, and the command line's `@chain1`."""
     if fitted is None and spec.name in HYBRIDS:
         suffix, copy = SuffixCache(), HYBRIDS[spec.name]  # as `suffix`, it remembers earlier generations
         return lambda: Union({copy: copy_drafters(suffix)[copy]}, one_source=True)
     if fitted is None:
         return NoDrafter
-    return drafters_for(spec, model, fitted.tree, dict(fitted.copy), sampling)
+    tree = fitted.tree
+    if tree is not None and tree.budget == 1 and sampling.greedy:
+        tree = Tree.chain(1)  # the same greedy token by the static path, as `clover2 generate --method X@chain1` runs
+    return drafters_for(spec, model, tree, dict(fitted.copy), sampling)

@@ -7,9 +7,9 @@ drafts, and the `cpu` profile that `make reproduce` reruns (`results/cpu/bench/`
 costs and speed on a CPU. A status is one of `STATUSES`; a comparison the study has not finished
 says so, with how far the study is.
 
-`speeds` is the table of what to expect on a CPU for the page on using a draft.
+The practitioner's box and table come from `clover2.research.advice`, the engine table from `engines`.
 
-    python -m clover2.research.claims results book    # book/verdict.md and book/speeds.md
+    python -m clover2.research.claims results book    # book/verdict.md, advice.md, speeds.md, engine.md
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from clover2.drafts.methods import MethodSpec
 from clover2.files import write_text
 from clover2.measure.bench import geometric_mean
 from clover2.profiles import load_profile
-from clover2.research import paper
+from clover2.research import advice, paper
 from clover2.research.design import DesignConfig
 from clover2.research.report import draft_ms_per_step
 from clover2.research.verdicts import WAITS, arm_of, at_edge, bracket, p_text, reason
@@ -256,6 +256,9 @@ def _times(r: pd.Series) -> str:
 def _method_words(method: str) -> str:
     """A method of the benchmark in plain words, for the abstract."""
     name = method.split("@")[0]
+    copy, _, arch = name.partition("+")
+    if arch:
+        return f"{_method_words(copy).split(',')[0]} with {NAMES.get(arch, arch)} behind it"
     return {"pld": "{dfn}`prompt lookup`, which copies from the prompt with no draft,",
             "suffix": "a suffix cache, which copies from earlier text with no draft,",
             "tr": "Token Recycling, which reuses the target's past guesses with no draft,",
@@ -294,27 +297,35 @@ def abstract(results: Path, design: DesignConfig | None = None) -> str:
         r = rows[arm]
         how = ("as the paper specifies it, Clover-2" if arm not in DEPARTURES else
                f"with one departure from the paper, {link_first_uses(DEPARTURES[arm], ('value gain',))},"
-               + ("" if held else " Clover-2"))
+               + ("" if held and r is not None else " Clover-2"))
         held.append(f"{how} is still training" if r is None else
                     (f"{how} accepted {r.ratio:.3f} times {ref}'s tokens per step ({{term}}`interval` "
                      f"{bracket(r.lo, r.hi)})" if not held else f"{how} {r.ratio:.3f} times {bracket(r.lo, r.hi)}")
                     + f": **{_study_status(r.verdict)}**")
     what = "**What held, what did not.** " + "; ".join(held)[:1].upper() + "; ".join(held)[1:] + "."
-    drafts = bench[(bench.task == "overall") & (bench.temperature == 0) & bench.method.str.endswith("@eagle25")] \
-        if not bench.empty else bench
+    use = _read(results / "use" / "float32" / "bench.csv")  # the published drafts, timed for the use page
+    timed = use if not use.empty else bench
+    greedy = timed[(timed.task == "overall") & (timed.temperature == 0)] if not timed.empty else timed
+    drafts = greedy[greedy.method.str.contains("@eagle25")] if not greedy.empty else greedy
     if not drafts.empty and not curve.empty:
         cost = float(np.interp(26, curve.n_tokens, curve.relative))
-        what += (f" On a CPU, where checking the paper's {{term}}`25-node tree` costs {cost:.1f} plain steps, the "
-                 f"trained drafts ran at {_span(drafts.speedup)}x {{term}}`plain decoding`'s speed"
-                 + (": the paper's GPU speed-ups are not testable here." if cost >= NOT_TESTABLE_COST else "."))
+        alone = greedy[greedy.method.str.contains(r"^[a-z0-9]+@fitted")]
+        what += (f" On a CPU, where checking the paper's {{term}}`25-node tree` costs {cost:.1f} plain steps, "
+                 + (f"the published {NAMES.get(MethodSpec.parse(drafts.method.iloc[0]).named, 'draft')} ran at "
+                    if len(drafts) == 1 and timed is use else
+                    f"{'the published drafts' if timed is use else 'the trained drafts'} ran at ")
+                 + f"{_span(drafts.speedup)}x {{term}}`plain decoding`'s speed on it"
+                 + ("; the paper's GPU speed-ups are not testable here" if cost >= NOT_TESTABLE_COST else "")
+                 + (f". On the small trees fitted to the CPU the published drafts ran at "
+                    f"{_span(alone.speedup)}x alone "
+                    "({doc}`use`)." if not alone.empty else "."))
     if decided and len(rows) == len(decided) and official:
         r = rows[official[0]]
         better = _study_status(r.verdict) == "reproduced"
         what += (f" **For choosing a draft:** at this scale, Clover-2 as published is "
                  f"{'better than' if better else 'no better than'} {ref}")
-        overall = bench[(bench.task == "overall") & (bench.temperature == 0)] if not bench.empty else bench
-        if not overall.empty:
-            best = overall.loc[overall.speedup.idxmax()]
+        if not greedy.empty:
+            best = greedy.loc[greedy.speedup.idxmax()]
             what += f"; on a CPU, {_method_words(best.method)} was fastest ({best.speedup:.2f}x)"
         what += "."
     return f"{tested}\n\n{what}"
@@ -366,6 +377,7 @@ def _merged(texts: list[str]) -> list[str]:
 
 
 # terms the front page links to the glossary at their first use (beside those the abstract links itself)
+ADVICE_TERMS = ("prompt lookup", "suffix cache", "fitted tree", "tokens per step", "plain decoding", "seed")  # the box
 FIRST_USE = ("tau", "official recipe", "Medusa-1", "EAGLE-3", "Clover-1", "Holm", "T = 0", "T = 1", "seed", "lossless",
              "25-node tree")
 
@@ -394,45 +406,6 @@ def markdown(results: Path) -> str:
               "| the paper's claim | the paper | this book | status |", "|---|---|---|---|"]
     lines += [f"| {c.claim} | {c.paper} | {c.here} ({{doc}}`source <{c.page}>`) | **{c.status}** |" for c in rows]
     return link_first_uses("\n".join(lines)) + "\n"
-
-
-def speeds(results: Path, draft: str = "clover2") -> str:
-    """What each method a user can run with `clover2 generate` and the published `draft` gave on the
-    `cpu` profile's machine, fastest first (greedy), with the flags that run it (a fitted tree as the
-    static tree the benchmark chose); every other method is on the benchmark's page."""
-    bench_dir = results / "cpu" / "bench"
-    bench, env = _read(bench_dir / "bench.csv"), json.loads((bench_dir / "env.json").read_text())
-    rows = bench[(bench.task == "overall") & (bench.temperature == 0) & (bench.method != "ar")
-                 & bench.speedup_lo.notna()].sort_values("speedup", ascending=False)
-    fitted = env.get("fitted_trees", {})
-
-    def flags(method: str) -> str:
-        name, _, tree = method.partition("@")
-        if name == "hf-pld":
-            return "(Hugging Face's own prompt lookup)"
-        if name.startswith("union+"):
-            return "(the benchmark's fitted union)"
-        if tree == "fitted":
-            fit = fitted.get(name.split("+")[-1], {})
-            if not fit.get("budget"):  # no draft tree pays on this machine: the copy part alone, or plain decoding
-                return f"`--method {name.split('+')[0]}`" if "+" in name else "(drafts nothing here: plain decoding)"
-            tree = f"chain{fit['depth']}" if fit.get("budget") == fit.get("depth") else \
-                f"dynamic:{fit['budget']}:{fit['depth']}:8"
-        needs = "=DRAFT" if any(a in name for a in ("clover", "eagle", "medusa")) else ""
-        return f"`--method {name}" + (f"@{tree}" if tree else "") + f"{needs}`"
-
-    rows = rows[[not flags(m).startswith("(") and m.split("@")[0].split("+")[-1] in (draft, "pld", "suffix", "tr")
-                 for m in rows.method]]
-    lines = [f"Measured on {env['cpu_name']} ({env['cpu_count']} cores), commit {env['commit']}, "
-             f"{int(rows.n_prompts.max())} prompts of {env['bench']['max_new_tokens']} new tokens, every method "
-             "interleaved with plain decoding in one run, nothing else running "
-             f"({env['other_load']:.1%} of the machine); drafts trained by the `cpu` profile (90 steps). Every "
-             "method, the other drafts' too: {doc}`../results/cpu/notebooks/04_speedup`.", "",
-             "| method | speed over plain decoding | tokens per step | as `clover2 generate` |", "|---|---|---|---|"]
-    lines += [f"| {r.method} | {r.speedup:.2f}x [{r.speedup_lo:.2f}, {r.speedup_hi:.2f}] | "
-              f"{'–' if pd.isna(r.tau) else f'{r.tau:.2f}'} | "
-              f"{flags(r.method)} |" for r in rows.itertuples()]
-    return "\n".join(lines) + "\n"
 
 
 ENGINE_NAMES = {"ar": "clover2, plain decoding", "pld": "clover2, prompt lookup",
@@ -495,5 +468,6 @@ if __name__ == "__main__":
     results, book = (Path(a) for a in (sys.argv[1:] + ["results", "book"])[:2]) if len(sys.argv) > 1 else \
         (Path("results"), Path("book"))
     write_text(book / "verdict.md", markdown(results))
-    write_text(book / "speeds.md", speeds(results))
+    write_text(book / "advice.md", link_first_uses(advice.box(results), ADVICE_TERMS))
+    write_text(book / "speeds.md", advice.table(results))
     write_text(book / "engine.md", engines(results))

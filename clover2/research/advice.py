@@ -1,0 +1,215 @@
+"""The practitioner's answer, "Should I use Clover-2?": a box for the front page and the use page, and the
+use page's table, generated from one benchmark of the study's published drafts (`results/use/`), so that the
+advice is what was measured.
+
+The benchmark (`results/README.md` has its command) times plain decoding, the two ways of copying from the
+prompt and every published draft on the tree fitted to the machine, alone and behind the suffix cache,
+interleaved prompt by prompt on held-out prompts: `results/use/float32/` at the command line's default
+precision (the exact path), `results/use/bfloat16/` at bf16 (a shorter list). A speed is the geometric
+mean of per-prompt ratios to plain decoding at the same precision, with its 95% bootstrap interval.
+
+    python -m clover2.research.claims results book    # writes book/advice.md and book/speeds.md too
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from clover2.drafts.methods import MethodSpec
+
+PUBLISHED = "results/study/drafts"  # where the published drafts live, as a command names them
+# each published draft folder as a reader knows it (the study's arms; the value gain is a departure)
+DRAFTS = {"clover2-official": "Clover-2 (the paper's recipe)", "clover2": "Clover-2 (with this project's value gain)",
+          "eagle1": "EAGLE-1", "medusa": "Medusa-1", "eagle3": "EAGLE-3", "clover1": "Clover-1"}
+COPIES = {"pld": "prompt lookup", "suffix": "the suffix cache"}
+
+
+def _read(folder: Path) -> tuple[pd.DataFrame, pd.DataFrame, dict] | None:
+    """A run's greedy overall rows, its paired table and env.json; None where it was not run."""
+    if not (folder / "bench.csv").exists():
+        return None
+    bench = pd.read_csv(folder / "bench.csv")
+    rows = bench[(bench.task == "overall") & (bench.temperature == 0)].set_index("method")
+    return rows, pd.read_csv(folder / "paired.csv"), json.loads((folder / "env.json").read_text())
+
+
+def tree_of(method: str, env: dict) -> str:
+    """The tree a method ran on: its own, or for `@fitted` the tree the fit chose (one node: the one-token
+    chain, which the benchmark decodes it as; more: EAGLE-2's dynamic tree); "" where the fit drafts nothing."""
+    spec = MethodSpec.parse(method)
+    if spec.tree != "fitted":
+        return spec.tree
+    fit = env.get("fitted_trees", {}).get(spec.arch + (f"={spec.named}" if spec.named else ""), {})
+    if not fit.get("budget"):
+        return ""
+    return "chain1" if fit["budget"] == 1 else \
+        f"dynamic:{fit['budget']}:{fit['depth']}:{env['bench']['fit']['top_k']}"  # clover2.measure.fit.fitted_factory
+
+
+def command(method: str, env: dict) -> str:
+    """The `clover2 generate` flag that runs `method` as the benchmark ran it (a fitted tree as the
+    static tree it chose; a fit that drafts nothing is the copying part alone, or plain decoding)."""
+    spec, tree = MethodSpec.parse(method), tree_of(method, env)
+    if not spec.arch:
+        return f"--method {spec.name}"
+    if not tree:
+        copy = spec.name.partition("+")[0]
+        return f"--method {copy}" if "+" in spec.name else "--method ar"
+    return f"--method {spec.name}@{tree}={PUBLISHED}/{spec.named}"
+
+
+def describe(method: str, env: dict) -> str:
+    """A method in a reader's words, in a sentence's middle: what drafts, and on which tree."""
+    spec = MethodSpec.parse(method)
+    if not spec.arch:
+        return {"ar": "plain decoding"}.get(spec.name, COPIES.get(spec.name, spec.name))
+    draft = DRAFTS.get(spec.named, spec.named)
+    copy = spec.name.partition("+")[0] if "+" in spec.name else ""
+    tree = tree_of(method, env)
+    shape = ("the tree fitted to this machine, " if spec.tree == "fitted" else "") + (
+        "no draft tokens" if not tree else "the paper's 25-node tree" if tree == "eagle25" else
+        f"a {tree[5:]}-token chain" if tree.startswith("chain") else f"a dynamic tree of {tree.split(':')[1]} nodes")
+    named = f"{draft[:-1]}; {shape})" if draft.endswith(")") else f"{draft} ({shape})"
+    return f"{COPIES[copy]}, else {named}" if copy else named
+
+
+def _capital(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
+def _speed(r: pd.Series) -> str:
+    return f"{r.speedup:.2f}x [{r.speedup_lo:.2f}, {r.speedup_hi:.2f}]"
+
+
+def _measured(env: dict, rows: pd.DataFrame) -> str:
+    return (f"{env['cpu_name']}, {env['torch_threads']} threads, commit `{env['commit']}`, {env['date'][:10]}; "
+            f"{int(rows.n_prompts.max())} held-out prompts of the six Spec-Bench tasks, up to "
+            f"{env['bench']['max_new_tokens']} new tokens, greedy, every method interleaved with plain decoding "
+            f"prompt by prompt, other processes {env['other_load']:.1%} of the machine")
+
+
+def table(results: Path) -> str:
+    """The use page's table: every method of the float32 run, fastest first, with the command that runs it,
+    then the bf16 run's."""
+    lines = []
+    for dtype, words in (("float32", "float32 (the command line's default: the output is plain decoding's, "
+                                     "token for token)"),
+                         ("bfloat16", "bfloat16 (`--dtype bfloat16`; speeds over bf16 plain decoding)")):
+        run = _read(results / "use" / dtype)
+        if run is None:
+            continue
+        rows, _, env = run
+        rows = rows.sort_values("speedup", ascending=False)
+        lines += [f"**In {words}**: measured on {_measured(env, rows)}; plain decoding "
+                  f"{rows.loc['ar'].tokens_per_s:.1f} tokens/s.", "",
+                  "| method | run it with `clover2 generate` | tokens per step | tokens/s | speed over plain decoding "
+                  "| output as plain decoding's |", "|---|---|---|---|---|---|"]
+        lines += [f"| {_capital(describe(m, env))} | `{command(m, env)}` | "
+                  f"{'–' if pd.isna(r.tau) else f'{r.tau:.2f}'} | {r.tokens_per_s:.1f} | "
+                  f"{'1' if m == 'ar' else _speed(r)} | {r.identical_frac:.0%} |" for m, r in rows.iterrows()]
+        twins = pd.Series([command(m, env) for m in rows.index]).value_counts()
+        if (twins > 1).any():
+            lines += ["", "Rows with one command ran the same decoding, as fitted and as written: the gap between "
+                      "them is what two timings of one method differ by in this run."]
+        lines.append("")
+    if not lines:
+        return "Not measured yet: `results/use/` holds no run.\n"
+    return "\n".join(lines)
+
+
+def _paired(paired: pd.DataFrame, method: str, versus: str) -> pd.Series | None:
+    """`method`'s speed over `versus` on the same prompts (greedy), None where the run has no such pair."""
+    r = paired[(paired.method == method) & (paired.versus == versus) & (paired.temperature == 0)]
+    return None if r.empty else r.iloc[0]
+
+
+def _ratio(r: pd.Series) -> str:
+    return f"{r.speed_ratio:.2f}x [{r.speed_ratio_lo:.2f}, {r.speed_ratio_hi:.2f}]"
+
+
+def box(results: Path, study_tau: pd.DataFrame | None = None) -> str:
+    """The "Should I use Clover-2?" admonition, from `results/use/` (and, for the GPU prediction, the study's
+    tau at the paper's tree: `results/study/spread.csv` unless `study_tau` is given)."""
+    run = _read(results / "use" / "float32")
+    head = ["```{admonition} Should I use Clover-2?", ":class: tip", ""]
+    if run is None:
+        return "\n".join(head + ["Not measured yet: `results/use/` holds no run.", "```"]) + "\n"
+    rows, paired, env = run
+    greedy = rows.drop(index="ar")
+    exact_rows = greedy[greedy.identical_frac == 1]
+    best = (exact_rows if len(exact_rows) else greedy).speedup.idxmax()
+    exact = rows.identical_frac.min() == 1
+
+    def of(draft: str, copy: str = "") -> tuple[str, pd.Series] | None:
+        found = [m for m in greedy.index if (s := MethodSpec.parse(m)).named == draft and s.tree == "fitted"
+                 and s.name.partition("+")[0] == (copy or s.name) and ("+" in s.name) == bool(copy)]
+        return (found[0], greedy.loc[found[0]]) if found else None
+
+    alone = [(DRAFTS[d], *x) for d in DRAFTS if (x := of(d))]
+    behind = [(DRAFTS[d], *x) for d in DRAFTS if (x := of(d, "suffix"))]
+    name = describe(best, env)
+    lines = [f"**On a CPU, measured: the fastest exact way to decode here was {name}, {_speed(greedy.loc[best])} "
+             f"as fast as plain decoding:** `clover2 generate {command(best, env)}`." if greedy.loc[best].speedup_lo > 1
+             else f"**On a CPU, measured: nothing decoded faster than plain decoding beyond its interval here** (the "
+                  f"fastest, {name}, {_speed(greedy.loc[best])}): use plain decoding."]
+    lines.append(
+        "- **A draft alone**, on the tree fitted to this CPU: "
+        + "; ".join(f"{name} {_speed(r)} ({r.tau:.2f} tokens per step)" for name, _, r in alone)
+        + ". **Copying from the prompt**, no draft: "
+        + "; ".join(f"{COPIES[m]} {_speed(greedy.loc[m])}" for m in COPIES if m in greedy.index) + ".")
+    if behind and "suffix" in greedy.index:
+        lines.append("- **A draft behind the suffix cache** (the draft proposes where there is nothing to copy): "
+                     + "; ".join(f"{name} {_speed(r)}" + ("" if (over := _paired(paired, m, "suffix")) is None
+                                                          else f", {_ratio(over)} over the cache alone")
+                                 for name, m, r in behind) + ".")
+    eagle = {copy: x for copy in ("", "suffix") if (x := of("eagle1", copy))}
+    pairs = [(f"{DRAFTS[d]}{' behind the cache' if copy else ''}", r)
+             for d in ("clover2-official", "clover2") for copy in eagle
+             if (x := of(d, copy)) and (r := _paired(paired, x[0], eagle[copy][0])) is not None]
+    if pairs:
+        lines[0] += " " + ("Clover-2 decoded more slowly than EAGLE-1 in every pairing below." if all(
+            r.speed_ratio_hi < 1 for _, r in pairs) else "Clover-2 decoded faster than EAGLE-1 in every pairing below."
+            if all(r.speed_ratio_lo > 1 for _, r in pairs) else
+            "Clover-2 was not faster than EAGLE-1 in every pairing below.")
+        lines.append("- **Clover-2 over EAGLE-1**, each on its fitted tree, paired by prompt: "
+                     + "; ".join(f"{name} {_ratio(r)}" for name, r in pairs) + " (above 1: Clover-2 faster).")
+    lines.append(f"- **Exact**: {'every' if exact else 'not every'} output equalled plain decoding's, token for token "
+                 "(float32, the command line's default). Measured on " + _measured(env, rows)
+                 + f"; one training seed per draft (seed 0 of the study's arms, `{PUBLISHED}`). Every method, "
+                 "the commands and bf16: {doc}`use`.")
+    bf16 = _read(results / "use" / "bfloat16")
+    if bf16 is not None:
+        brows, _, benv = bf16
+        others = brows.drop(index="ar")
+        fast = others.tokens_per_s.idxmax()
+        lines.append(f"- **In bfloat16** (`--dtype bfloat16`; two runs back to back, not paired): plain decoding "
+                     f"{brows.loc['ar'].tokens_per_s:.1f} tokens/s against float32's "
+                     f"{rows.loc['ar'].tokens_per_s:.1f}, "
+                     f"the fastest method ({describe(fast, benv)}) "
+                     f"{others.loc[fast].tokens_per_s:.1f} against float32's fastest "
+                     f"{greedy.tokens_per_s.max():.1f}; but only {others.identical_frac.min():.0%}-"
+                     f"{others.identical_frac.max():.0%} of the speculative methods' outputs equalled bf16 plain "
+                     "decoding's (verifying several tokens at once rounds differently from decoding one), and bf16 "
+                     "plain decoding is not float32's model either: faster, not exact.")
+    tau = study_tau if study_tau is not None else _study_tau(results)
+    if tau is not None and len(tau):
+        lines.append("- **On a GPU** (a prediction, not measured here): verifying the paper's 25-node tree costs "
+                     "about one plain step there, so a draft's tokens per step at that tree bound its speedup "
+                     "from above, before the draft's own time: "
+                     + ", ".join(f"{DRAFTS[a]} {t:.2f}" for a, t in tau.items()) + " (the study's seeds). "
+                     "The paper measured 2.1-3.1x with 7-8B targets, whose drafts accept more.")
+    return "\n".join(head + lines + ["```"]) + "\n"
+
+
+def _study_tau(results: Path) -> pd.Series | None:
+    """The study's mean tau over seeds at the paper's 25-node tree and main budget, per published arm."""
+    path = results / "study" / "spread.csv"
+    if not path.exists():
+        return None
+    spread = pd.read_csv(path)
+    rows = spread[(spread.tree == "eagle25") & (spread.share == 1)].sort_values(["seeds", "budget"])
+    main = rows.groupby("arm").tail(1).set_index("arm")  # each arm's budget with the most seeds: the main one
+    return main.tau.reindex([a for a in DRAFTS if a in main.index])

@@ -1,0 +1,84 @@
+"""The practitioner's box and table (`clover2.research.advice`): generated from a benchmark's files, they
+name the fastest method with the command that runs it as measured, and say where an output differed."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+
+from clover2.research.advice import box, command, table
+
+D = "results/study/drafts"
+ENV = {"cpu_name": "Test CPU", "torch_threads": 2, "commit": "abc1234", "date": "2026-12-06T10:00:00",
+       "other_load": 0.001, "bench": {"max_new_tokens": 64, "fit": {"top_k": 8}},
+       "fitted_trees": {"clover2=clover2-official": {"budget": 1, "depth": 1},
+                        "eagle1=eagle1": {"budget": 5, "depth": 3}, "clover2=clover2": {"budget": 0, "depth": 0}}}
+
+
+def _run(folder, rows: dict[str, tuple[float, float]], identical: float = 1.0, env: dict = ENV):
+    """A bench folder: `rows` method -> (speedup, tau), plain decoding at 20 tokens/s."""
+    folder.mkdir(parents=True)
+    bench = pd.DataFrame([{"method": m, "task": "overall", "temperature": 0.0, "n_prompts": 30, "tau": tau,
+                           "tokens_per_s": 20 * s, "speedup": s, "speedup_lo": s - 0.05, "speedup_hi": s + 0.05,
+                           "identical_frac": 1.0 if m == "ar" else identical}
+                          for m, (s, tau) in {"ar": (1.0, 1.0), **rows}.items()])
+    bench.to_csv(folder / "bench.csv", index=False)
+    pd.DataFrame([{"method": "suffix+eagle1@fitted=eagle1", "versus": "suffix", "temperature": 0.0,
+                   "speed_ratio": 1.12, "speed_ratio_lo": 1.05, "speed_ratio_hi": 1.2},
+                  {"method": "clover2@fitted=clover2-official", "versus": "eagle1@fitted=eagle1", "temperature": 0.0,
+                   "speed_ratio": 0.92, "speed_ratio_lo": 0.88, "speed_ratio_hi": 0.96}]).to_csv(
+        folder / "paired.csv", index=False)
+    (folder / "env.json").write_text(json.dumps(env))
+
+
+ROWS = {"pld": (1.2, float("nan")), "suffix": (1.23, float("nan")),
+        "clover2@fitted=clover2-official": (1.15, 1.4), "eagle1@fitted=eagle1": (1.25, 1.5),
+        "suffix+eagle1@fitted=eagle1": (1.43, 1.8), "clover2@fitted=clover2": (1.0, 1.0),
+        "pld+clover2@fitted=clover2": (1.2, 1.3), "clover2@eagle25=clover2": (0.6, 1.7)}
+
+
+def test_a_fitted_tree_is_run_as_the_static_tree_it_chose():
+    assert command("clover2@fitted=clover2-official", ENV) == f"--method clover2@chain1={D}/clover2-official"
+    assert command("suffix+eagle1@fitted=eagle1", ENV) == f"--method suffix+eagle1@dynamic:5:3:8={D}/eagle1"
+    # a fit that drafts nothing: the copying part alone, or plain decoding, never a chain of 0
+    assert command("pld+clover2@fitted=clover2", ENV) == "--method pld"
+    assert command("clover2@fitted=clover2", ENV) == "--method ar"
+    assert command("clover2@eagle25=clover2", ENV) == f"--method clover2@eagle25={D}/clover2"
+
+
+def test_the_box_names_the_fastest_exact_method_and_its_command(tmp_path):
+    _run(tmp_path / "use" / "float32", ROWS)
+    text = box(tmp_path, study_tau=pd.Series({"clover2-official": 1.67}))
+    first = text.splitlines()[3]
+    assert "the suffix cache, else EAGLE-1" in first and "1.43x [1.38, 1.48]" in first
+    assert f"`clover2 generate --method suffix+eagle1@dynamic:5:3:8={D}/eagle1`" in first
+    assert "Clover-2 (the paper's recipe) 1.15x [1.10, 1.20] (1.40 tokens per step)" in text
+    assert "1.12x [1.05, 1.20] over the cache alone" in text
+    assert "Clover-2 over EAGLE-1**, each on its fitted tree, paired by prompt: Clover-2 (the paper's recipe) " \
+           "0.92x" in text
+    assert "every output equalled" in text and "Test CPU" in text and "a prediction, not measured" in text
+    assert "bfloat16" not in text.split("Exact")[0]  # no bf16 run: no bf16 line
+
+
+def test_a_differing_output_and_the_bf16_run_are_said(tmp_path):
+    _run(tmp_path / "use" / "float32", ROWS, identical=0.9)
+    _run(tmp_path / "use" / "bfloat16", {"eagle1@fitted=eagle1": (1.1, 1.4)}, identical=0.4)
+    text = box(tmp_path, study_tau=pd.Series(dtype=float))
+    assert "not every output equalled" in text
+    assert "only 40%-40% of the speculative methods' outputs equalled bf16 plain decoding's" in text
+    assert "the fastest method (EAGLE-1 (the tree fitted to this machine, a dynamic tree of 5 nodes)) 22.0 against " \
+           "float32's fastest 28.6" in text
+    assert "On a GPU" not in text
+    page = table(tmp_path)
+    assert page.count("| method |") == 2 and "speeds over bf16 plain decoding" in page
+    assert f"| `--method clover2@eagle25={D}/clover2` |" in page  # every method, with its command
+
+
+def test_nothing_faster_than_plain_decoding_says_use_plain_decoding(tmp_path):
+    _run(tmp_path / "use" / "float32", {"pld": (0.98, float("nan")), "eagle1@fitted=eagle1": (0.9, 1.2)})
+    assert "nothing decoded faster than plain decoding beyond its interval" in box(tmp_path)
+
+
+def test_nothing_measured_says_so(tmp_path):
+    assert "Not measured yet" in box(tmp_path) and "Not measured yet" in table(tmp_path)
