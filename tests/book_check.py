@@ -19,8 +19,9 @@ page of the table of contents at a laptop's width and the check fails on
   differs between two pages;
 - raw pandas output: a DataFrame's own HTML, a truncated one ("80 rows x 6 columns") or NaN cells
   (notebooks show tables through `clover2.research.tables`);
-- a page over `MAX_SCREENS` screens that is not a reference page, and a book over `BOOK_SCREENS`
-  screens;
+- a page over `MAX_SCREENS` screens that is not a reference page, and pages to read through (all but
+  the reference pages, which a reader consults: the protocol, the results' tables, the glossary...)
+  over `READ_SCREENS` screens in all;
 - a figure an executed notebook references that is missing or empty (checked without a browser).
 
 Without a browser, from the built HTML, it also fails on
@@ -69,7 +70,7 @@ TRACKER = re.compile(r"\b(?:sessions?|sittings?|harness(?:es)?|tickets?)\b|\biss
 MAX_SCREENS = 5  # a page longer than this is too long to read, unless it is a reference page
 REFERENCE = {"book/method.html", "book/glossary.html", "book/checklist.html",
              "book/protocol.html", "results/study/README.html"}
-BOOK_SCREENS = 60  # the whole book
+READ_SCREENS = 35  # the pages read through, in all: seven full pages
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                   "--disable-component-update", "--disable-sync", "--no-first-run", "--hide-scrollbars",
                   f"--window-size={WIDTH},1000", "--virtual-time-budget=8000", "--dump-dom"]
@@ -167,6 +168,14 @@ def figure_text_pt(page: Path, src: str, shown_px: float) -> float | None:
         return None
     dpi = image.info.get("dpi", (72, 72))[0]
     return float(image.info[FONT_KEY]) * dpi * (shown_px / image.size[0]) / 96
+
+
+def book_length(screens: dict[str, float]) -> list[str]:
+    """The pages a reader reads through (every page but the reference ones), `{page: screens}`, over
+    `READ_SCREENS` in all: a problem."""
+    read = sum(h for name, h in screens.items() if name not in REFERENCE)
+    return [f"the pages to read through are {read:.1f} screens of {WIDTH}x{SCREEN_HEIGHT} in all (at most "
+            f"{READ_SCREENS}; reference pages aside)"] if read > READ_SCREENS else []
 
 
 def check_page(name: str, found: dict) -> list[str]:
@@ -315,11 +324,12 @@ def main() -> int:
     if browser is None:
         print("book check: chromium not found, pages not opened (Debian: apt-get install chromium)")
     else:
-        screens, speeds = 0.0, {}
+        screens, speeds, heights = 0.0, {}, {}
         for n in names:
             found = probe(browser, HTML / n)
             problems += check_page(n, found)
             screens += found["height"] / SCREEN_HEIGHT
+            heights[n] = found["height"] / SCREEN_HEIGHT
             for method, value in found["speeds"]:
                 speeds.setdefault(method, {}).setdefault(value, []).append(n)
             unrecorded = sum(figure_text_pt(HTML / n, src, w) is None for src, w in found["figures"])
@@ -328,9 +338,9 @@ def main() -> int:
         shared = sum(len({page for pages in values.values() for page in pages}) > 1 for values in speeds.values())
         print(f"book check: {shared} methods' speeds quoted on more than one page, compared")
         problems += speed_conflicts(speeds)
-        if screens > BOOK_SCREENS:
-            problems.append(f"the book is {screens:.1f} screens of {WIDTH}x{SCREEN_HEIGHT} (at most {BOOK_SCREENS})")
-        print(f"book check: {screens:.1f} screens in all")
+        problems += book_length(heights)
+        print(f"book check: {screens:.1f} screens in all, {sum(h for n, h in heights.items() if n not in REFERENCE):.1f}"
+              " of them to read through")
     for p in problems:
         print("book check:", p, file=sys.stderr)
     print(f"book check: {len(names)} pages, {len(problems)} problems")

@@ -27,7 +27,11 @@ def _run(folder, rows: dict[str, tuple[float, float]], identical: float = 1.0, e
     pd.DataFrame([{"method": "suffix+eagle1@fitted=eagle1", "versus": "suffix", "temperature": 0.0,
                    "speed_ratio": 1.12, "speed_ratio_lo": 1.05, "speed_ratio_hi": 1.2},
                   {"method": "clover2@fitted=clover2-official", "versus": "eagle1@fitted=eagle1", "temperature": 0.0,
-                   "speed_ratio": 0.92, "speed_ratio_lo": 0.88, "speed_ratio_hi": 0.96}]).to_csv(
+                   "speed_ratio": 0.92, "speed_ratio_lo": 0.88, "speed_ratio_hi": 0.96},
+                  {"method": "pld", "versus": "suffix+eagle1@fitted=eagle1", "temperature": 0.0,
+                   "speed_ratio": 0.95, "speed_ratio_lo": 0.9, "speed_ratio_hi": 1.01},
+                  {"method": "suffix", "versus": "suffix+eagle1@fitted=eagle1", "temperature": 0.0,
+                   "speed_ratio": 0.9, "speed_ratio_lo": 0.85, "speed_ratio_hi": 0.97}]).to_csv(
         folder / "paired.csv", index=False)
     (folder / "env.json").write_text(json.dumps(env))
 
@@ -55,6 +59,9 @@ def test_the_box_names_the_fastest_exact_method_and_its_command(tmp_path):
     assert f"`clover2 generate --method suffix+eagle1@dynamic:5:3:8={D}/eagle1`" in first
     assert "Clover-2 (the paper's recipe) 1.15x [1.10, 1.20] (1.40 tokens per step)" in text
     assert "1.12x [1.05, 1.20] over the cache alone" in text
+    assert "Clover-2 was faster in 0 and slower in 1 of the 1 pairings below" in text
+    # a method whose paired interval over the fastest holds 1 is named beside it, one beyond it is not
+    assert "Not told apart from it on the same prompts (paired, 95%): prompt lookup 1.20x [1.15, 1.25]." in first
     assert "Clover-2 over EAGLE-1**, each on its fitted tree, paired by prompt: Clover-2 (the paper's recipe) " \
            "0.92x" in text
     assert "every output equalled" in text and "Test CPU" in text and "a prediction, not measured" in text
@@ -70,9 +77,10 @@ def test_a_differing_output_and_the_bf16_run_are_said(tmp_path):
     assert "the fastest method (EAGLE-1 (the tree fitted to this machine, a dynamic tree of 5 nodes)) 22.0 against " \
            "float32's fastest 28.6" in text
     assert "On a GPU" not in text
-    page = table(tmp_path)
-    assert page.count("| method |") == 2 and "speeds over bf16 plain decoding" in page
-    assert f"| `--method clover2@eagle25={D}/clover2` |" in page  # every method, with its command
+    page = table(tmp_path)  # every method, with its command (D: the published drafts' folder), both runs' files
+    assert page.count("| method |") == 1 and "../results/use/bfloat16/bench.csv" in page
+    assert "| Clover-2 (value gain), 25-node tree | `--method clover2@eagle25=D/clover2` |" in page
+    assert "| Clover-2 (value gain), fitted: no draft tokens | `--method ar` |" in page
 
 
 def test_nothing_faster_than_plain_decoding_says_use_plain_decoding(tmp_path):

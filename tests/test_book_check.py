@@ -38,6 +38,13 @@ def test_a_reference_page_may_be_long():
     assert book_check.check_page(sorted(book_check.REFERENCE)[0], long) == []
 
 
+def test_the_pages_to_read_through_have_a_length_in_all_reference_pages_aside():
+    pages = {f"book/page{i}.html": 4.0 for i in range(8)}  # 32 screens to read
+    assert book_check.book_length(pages) == []
+    assert book_check.book_length(pages | {"book/protocol.html": 40.0}) == []  # consulted, not read through
+    assert book_check.book_length(pages | {"book/more.html": 4.0})  # 36 screens to read: too long
+
+
 def test_one_speed_per_method():
     assert book_check.speed_conflicts({"pld": {"1.19x [1.08, 1.33]": ["a.html", "b.html"]}}) == []
     found = book_check.speed_conflicts({"pld": {"1.19x [1.08, 1.33]": ["a.html"], "1.21x [1.1, 1.3]": ["b.html"]}})

@@ -186,6 +186,10 @@ def test_a_small_study_trains_records_replays_and_resumes(tmp_path, monkeypatch)
     assert sidecar["probe"] == probe(load_draft(published[0], target), target) and len(sidecar["probe"]["tokens"]) == 3
     check = experiment.check_published()
     assert check.arm.tolist() == ["c2", "e1"] and check.difference.abs().max() < 0.5
+    one = experiment.check_published(["e1"])  # one arm's draft alone: the same row
+    assert one.arm.tolist() == ["e1"] and one.published_tau.iloc[0] == check.published_tau.iloc[1]
+    with pytest.raises(Clover2Error, match="no published draft for nope"):
+        experiment.check_published(["nope"])
     # on a machine without the cache the parent's kept states are gone: the branch trains from step 0,
     # and that is the same run (the same weights)
     short = next(r for r in experiment.plan() if r.parent is not None)

@@ -25,6 +25,7 @@ PUBLISHED = "results/study/drafts"  # where the published drafts live, as a comm
 DRAFTS = {"clover2-official": "Clover-2 (the paper's recipe)", "clover2": "Clover-2 (with this project's value gain)",
           "eagle1": "EAGLE-1", "medusa": "Medusa-1", "eagle3": "EAGLE-3", "clover1": "Clover-1"}
 COPIES = {"pld": "prompt lookup", "suffix": "the suffix cache"}
+BRIEF = {"clover2-official": "Clover-2 (paper's recipe)", "clover2": "Clover-2 (value gain)"}  # in lists and tables
 
 
 def _read(folder: Path) -> tuple[pd.DataFrame, pd.DataFrame, dict] | None:
@@ -76,6 +77,15 @@ def describe(method: str, env: dict) -> str:
     return f"{COPIES[copy]}, else {named}" if copy else named
 
 
+def short(method: str) -> str:
+    """A method's name in a list: what drafts, without the tree."""
+    spec = MethodSpec.parse(method)
+    copy = spec.name.partition("+")[0] if "+" in spec.name else ""
+    draft = BRIEF.get(spec.named, DRAFTS.get(spec.named, spec.named)) if spec.arch else \
+        {"ar": "plain decoding"}.get(spec.name, COPIES.get(spec.name))
+    return f"{COPIES[copy]} + {draft}" if copy else draft
+
+
 def _capital(text: str) -> str:
     return text[:1].upper() + text[1:]
 
@@ -91,33 +101,38 @@ def _measured(env: dict, rows: pd.DataFrame) -> str:
             f"prompt by prompt, other processes {env['other_load']:.1%} of the machine")
 
 
+def _tree_words(method: str, env: dict) -> str:
+    """The tree a method's row ran on, in a few words."""
+    spec, tree = MethodSpec.parse(method), tree_of(method, env)
+    if not spec.arch:
+        return ""
+    fitted = "fitted: " if spec.tree == "fitted" else ""
+    return fitted + ("no draft tokens" if not tree else "25-node tree" if tree == "eagle25" else
+                     f"{tree[5:]}-token chain" if tree.startswith("chain") else
+                     f"{tree.split(':')[1]}-node dynamic tree")
+
+
 def table(results: Path) -> str:
-    """The use page's table: every method of the float32 run, fastest first, with the command that runs it,
-    then the bf16 run's."""
-    lines = []
-    for dtype, words in (("float32", "float32 (the command line's default: the output is plain decoding's, "
-                                     "token for token)"),
-                         ("bfloat16", "bfloat16 (`--dtype bfloat16`; speeds over bf16 plain decoding)")):
-        run = _read(results / "use" / dtype)
-        if run is None:
-            continue
-        rows, _, env = run
-        rows = rows.sort_values("speedup", ascending=False)
-        lines += [f"**In {words}**: measured on {_measured(env, rows)}; plain decoding "
-                  f"{rows.loc['ar'].tokens_per_s:.1f} tokens/s.", "",
-                  "| method | run it with `clover2 generate` | tokens per step | tokens/s | speed over plain decoding "
-                  "| output as plain decoding's |", "|---|---|---|---|---|---|"]
-        lines += [f"| {_capital(describe(m, env))} | `{command(m, env)}` | "
-                  f"{'–' if pd.isna(r.tau) else f'{r.tau:.2f}'} | {r.tokens_per_s:.1f} | "
-                  f"{'1' if m == 'ar' else _speed(r)} | {r.identical_frac:.0%} |" for m, r in rows.iterrows()]
-        twins = pd.Series([command(m, env) for m in rows.index]).value_counts()
-        if (twins > 1).any():
-            lines += ["", "Rows with one command ran the same decoding, as fitted and as written: the gap between "
-                      "them is what two timings of one method differ by in this run."]
-        lines.append("")
-    if not lines:
+    """The use page's table: every method of the float32 run, fastest first, with the command that runs it;
+    both runs' files as downloads (the bf16 run is summed up in the box)."""
+    run = _read(results / "use" / "float32")
+    if run is None:
         return "Not measured yet: `results/use/` holds no run.\n"
-    return "\n".join(lines)
+    rows, _, env = run
+    rows = rows.sort_values("speedup", ascending=False)
+    lines = [f"Measured in float32 (the command line's default: every output is plain decoding's, token for token) on "
+             f"{_measured(env, rows)}; plain decoding {rows.loc['ar'].tokens_per_s:.1f} tokens/s. `D` is "
+             f"`{PUBLISHED}`.", "",
+             "| method | `clover2 generate` | tokens per step | speed over plain decoding |", "|---|---|---|---|"]
+    lines += [f"| {_capital(short(m))}{', ' + t if (t := _tree_words(m, env)) else ''} | "
+              f"`{command(m, env).replace(PUBLISHED, 'D')}` | "
+              f"{'–' if pd.isna(r.tau) else f'{r.tau:.2f}'} | {'1' if m == 'ar' else _speed(r)} |"
+              for m, r in rows.iterrows()]
+    files = [f"{{download}}`{dtype} <../results/use/{dtype}/bench.csv>`" for dtype in ("float32", "bfloat16")
+             if (results / "use" / dtype / "bench.csv").exists()]
+    lines += ["", "Every row per task, with tokens per second and the share of identical outputs: " + ", ".join(files)
+              + " (`bench.csv`; the columns: `results/README.md`)."]
+    return "\n".join(lines) + "\n"
 
 
 def _paired(paired: pd.DataFrame, method: str, versus: str) -> pd.Series | None:
@@ -130,9 +145,9 @@ def _ratio(r: pd.Series) -> str:
     return f"{r.speed_ratio:.2f}x [{r.speed_ratio_lo:.2f}, {r.speed_ratio_hi:.2f}]"
 
 
-def box(results: Path, study_tau: pd.DataFrame | None = None) -> str:
+def box(results: Path, study_tau: pd.Series | None = None, main_budget: int = 600) -> str:
     """The "Should I use Clover-2?" admonition, from `results/use/` (and, for the GPU prediction, the study's
-    tau at the paper's tree: `results/study/spread.csv` unless `study_tau` is given)."""
+    tau at the paper's tree and its `main_budget`: `results/study/spread.csv` unless `study_tau` is given)."""
     run = _read(results / "use" / "float32")
     head = ["```{admonition} Should I use Clover-2?", ":class: tip", ""]
     if run is None:
@@ -151,10 +166,16 @@ def box(results: Path, study_tau: pd.DataFrame | None = None) -> str:
     alone = [(DRAFTS[d], *x) for d in DRAFTS if (x := of(d))]
     behind = [(DRAFTS[d], *x) for d in DRAFTS if (x := of(d, "suffix"))]
     name = describe(best, env)
+    # the exact methods the run could not tell from the fastest: their paired interval over it holds 1
+    ties = [m for m in (exact_rows if len(exact_rows) else greedy).sort_values("speedup", ascending=False).index
+            if m != best and (r := _paired(paired, m, best)) is not None and r.speed_ratio_hi >= 1]
     lines = [f"**On a CPU, measured: the fastest exact way to decode here was {name}, {_speed(greedy.loc[best])} "
              f"as fast as plain decoding:** `clover2 generate {command(best, env)}`." if greedy.loc[best].speedup_lo > 1
              else f"**On a CPU, measured: nothing decoded faster than plain decoding beyond its interval here** (the "
                   f"fastest, {name}, {_speed(greedy.loc[best])}): use plain decoding."]
+    if ties and greedy.loc[best].speedup_lo > 1:
+        lines[0] += (" Not told apart from it on the same prompts (paired, 95%): "
+                     + "; ".join(f"{short(m)} {_speed(greedy.loc[m])}" for m in ties) + ".")
     lines.append(
         "- **A draft alone**, on the tree fitted to this CPU: "
         + "; ".join(f"{name} {_speed(r)} ({r.tau:.2f} tokens per step)" for name, _, r in alone)
@@ -170,16 +191,15 @@ def box(results: Path, study_tau: pd.DataFrame | None = None) -> str:
              for d in ("clover2-official", "clover2") for copy in eagle
              if (x := of(d, copy)) and (r := _paired(paired, x[0], eagle[copy][0])) is not None]
     if pairs:
-        lines[0] += " " + ("Clover-2 decoded more slowly than EAGLE-1 in every pairing below." if all(
-            r.speed_ratio_hi < 1 for _, r in pairs) else "Clover-2 decoded faster than EAGLE-1 in every pairing below."
-            if all(r.speed_ratio_lo > 1 for _, r in pairs) else
-            "Clover-2 was not faster than EAGLE-1 in every pairing below.")
+        faster, slower = sum(r.speed_ratio_lo > 1 for _, r in pairs), sum(r.speed_ratio_hi < 1 for _, r in pairs)
+        lines[0] += (f" Against EAGLE-1 on the same prompts, Clover-2 was faster in {faster} and slower in {slower} "
+                     f"of the {len(pairs)} pairings below, not told apart in the rest.")
         lines.append("- **Clover-2 over EAGLE-1**, each on its fitted tree, paired by prompt: "
                      + "; ".join(f"{name} {_ratio(r)}" for name, r in pairs) + " (above 1: Clover-2 faster).")
     lines.append(f"- **Exact**: {'every' if exact else 'not every'} output equalled plain decoding's, token for token "
-                 "(float32, the command line's default). Measured on " + _measured(env, rows)
-                 + f"; one training seed per draft (seed 0 of the study's arms, `{PUBLISHED}`). Every method, "
-                 "the commands and bf16: {doc}`use`.")
+                 f"(float32, the command line's default). On {env['cpu_name']}, {env['torch_threads']} threads, "
+                 f"{int(rows.n_prompts.max())} held-out prompts; one training seed per draft (seed 0 of the study's "
+                 f"arms, `{PUBLISHED}`). The run and every method's command: {{doc}}`use`.")
     bf16 = _read(results / "use" / "bfloat16")
     if bf16 is not None:
         brows, _, benv = bf16
@@ -194,22 +214,21 @@ def box(results: Path, study_tau: pd.DataFrame | None = None) -> str:
                      f"{others.identical_frac.max():.0%} of the speculative methods' outputs equalled bf16 plain "
                      "decoding's (verifying several tokens at once rounds differently from decoding one), and bf16 "
                      "plain decoding is not float32's model either: faster, not exact.")
-    tau = study_tau if study_tau is not None else _study_tau(results)
+    tau = study_tau if study_tau is not None else _study_tau(results, main_budget)
     if tau is not None and len(tau):
-        lines.append("- **On a GPU** (a prediction, not measured here): verifying the paper's 25-node tree costs "
-                     "about one plain step there, so a draft's tokens per step at that tree bound its speedup "
-                     "from above, before the draft's own time: "
-                     + ", ".join(f"{DRAFTS[a]} {t:.2f}" for a, t in tau.items()) + " (the study's seeds). "
-                     "The paper measured 2.1-3.1x with 7-8B targets, whose drafts accept more.")
+        lines.append("- **On a GPU** (a prediction, not measured here): the paper's 25-node tree costs about one "
+                     "plain step to verify there, so a draft's tokens per step on it bound its speedup: "
+                     + ", ".join(f"{DRAFTS[a]} {t:.2f}" for a, t in tau.items()) + " (the study's seeds), less the "
+                     "draft's own time. The paper measured 2.1-3.1x with 7-8B targets, whose drafts accept more.")
     return "\n".join(head + lines + ["```"]) + "\n"
 
 
-def _study_tau(results: Path) -> pd.Series | None:
-    """The study's mean tau over seeds at the paper's 25-node tree and main budget, per published arm."""
+def _study_tau(results: Path, budget: int) -> pd.Series | None:
+    """The study's mean tau over seeds at the paper's 25-node tree and its main `budget`, per published arm
+    (an arm whose seeds at its chosen rate are not replayed yet has no row)."""
     path = results / "study" / "spread.csv"
     if not path.exists():
         return None
     spread = pd.read_csv(path)
-    rows = spread[(spread.tree == "eagle25") & (spread.share == 1)].sort_values(["seeds", "budget"])
-    main = rows.groupby("arm").tail(1).set_index("arm")  # each arm's budget with the most seeds: the main one
+    main = spread[(spread.tree == "eagle25") & (spread.share == 1) & (spread.budget == budget)].set_index("arm")
     return main.tau.reindex([a for a in DRAFTS if a in main.index])

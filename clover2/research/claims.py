@@ -468,6 +468,7 @@ if __name__ == "__main__":
     results, book = (Path(a) for a in (sys.argv[1:] + ["results", "book"])[:2]) if len(sys.argv) > 1 else \
         (Path("results"), Path("book"))
     write_text(book / "verdict.md", markdown(results))
-    write_text(book / "advice.md", link_first_uses(advice.box(results), ADVICE_TERMS))
+    main_budget = DesignConfig.of(load_profile("study")).main
+    write_text(book / "advice.md", link_first_uses(advice.box(results, main_budget=main_budget), ADVICE_TERMS))
     write_text(book / "speeds.md", advice.table(results))
     write_text(book / "engine.md", engines(results))

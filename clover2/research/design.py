@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import math
 import signal
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -623,13 +624,18 @@ class Experiment:
             out.append(dest)
         return out
 
-    def check_published(self) -> pd.DataFrame:
-        """Replay every published draft on the evaluation set (25-node tree) and set its tau beside the
-        committed one of the run it came from: one row per draft, with the difference."""
+    def check_published(self, arms: Sequence[str] = ()) -> pd.DataFrame:
+        """Replay every published draft (or those of `arms`) on the evaluation set (25-node tree) and set its
+        tau beside the committed one of the run it came from: one row per draft, with the difference."""
         committed = pd.read_csv(self.replays_csv)
+        folders = sorted(p.parent for p in self.published().glob(f"*/{SIDECAR}"))
+        unknown = set(arms) - {f.name for f in folders}
+        if unknown:
+            raise Clover2Error(f"no published draft for {', '.join(sorted(unknown))}: published are "
+                               f"{', '.join(f.name for f in folders) or 'none'} (clover2 study publish)")
         rows, prompts, tree = [], self.prompts(), self.design.trees[0]
         refs = self._references(prompts)  # once for every draft
-        for folder in sorted(p.parent for p in self.published().glob(f"*/{SIDECAR}")):
+        for folder in [f for f in folders if not arms or f.name in arms]:
             meta = json.loads((folder / SIDECAR).read_text())
             fresh = replayed_steps(self.lab.target, {folder.name: load_draft(folder, self.lab.target)}, prompts,
                                    refs, trees=[tree])
