@@ -339,8 +339,8 @@ def main() -> int:
         print(f"book check: {shared} methods' speeds quoted on more than one page, compared")
         problems += speed_conflicts(speeds)
         problems += book_length(heights)
-        print(f"book check: {screens:.1f} screens in all, {sum(h for n, h in heights.items() if n not in REFERENCE):.1f}"
-              " of them to read through")
+        read = sum(h for n, h in heights.items() if n not in REFERENCE)
+        print(f"book check: {screens:.1f} screens in all, {read:.1f} of them to read through")
     for p in problems:
         print("book check:", p, file=sys.stderr)
     print(f"book check: {len(names)} pages, {len(problems)} problems")
