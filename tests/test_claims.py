@@ -184,6 +184,12 @@ def test_the_abstract_says_what_the_tables_say(tmp_path):
             "1.040]: **reproduced**" in text)
     assert "Clover-2 as published is no better than EAGLE-1" in text
     assert _box(text)[0].startswith("- **Not reproduced**: Clover-2 (official recipe)")
+    from clover2.research.verdicts import WAITS
+
+    _primary(results, (0.99, 0.98, 1.005, "not reproduced: equivalent within 3%, the paper's smallest gain excluded"),
+             (1.03, 1.02, 1.04, WAITS))
+    text = markdown(results)  # a primary comparison waiting for its seeds: read, not yet a choice
+    assert "1.030 times [1.020, 1.040]: **not decided yet**" in text and "For choosing" not in text
     ahead = "reproduced: Clover-2 ahead"
     _primary(results, (1.04, 1.02, 1.06, ahead), (1.05, 1.03, 1.07, ahead))
     text = markdown(results)
