@@ -380,6 +380,7 @@ def _run_bench(target: Target, config: BenchConfig, drafts: Mapping[str, Path] |
     # Each draft loaded once, before any work, at every precision a choice is made between
     paths = list(dict.fromkeys(s.draft for s in specs if s.is_draft))
     spec_of = {s.draft: s for s in specs if s.is_draft}
+    draft_name = {p: record_name(s, s.arch) for p, s in spec_of.items()}  # each draft's key in the run's records
     models = {(p, w): load_draft_for(spec_of[p], target, weights=w) for p in paths for w in precisions}
     # the engine's tree by its folder's name (its version: env["llama_cpp"]), drafts by content: no machine path
     bench = asdict(replace(config, llama_cpp=Path(config.llama_cpp).name))
@@ -393,10 +394,10 @@ def _run_bench(target: Target, config: BenchConfig, drafts: Mapping[str, Path] |
     curves, env["kernel_check"] = checked_cost_curves(target, engines)
     write_csv(out / "cost_curve.csv", pd.concat([c.assign(engine=e) for e, c in curves.items()], ignore_index=True))
     kernels = [pd.DataFrame(target.kernel_record()["timings"]).assign(model="target")] + [
-        pd.DataFrame(getattr(m, "kernel_timings", [])).assign(model=f"{record_name(spec_of[p], spec_of[p].arch)} ({w})")
+        pd.DataFrame(getattr(m, "kernel_timings", [])).assign(model=f"{draft_name[p]} ({w})")
         for (p, w), m in models.items()]
     write_csv(out / "kernels.csv", pd.concat(kernels, ignore_index=True))  # what each model's kernels were chosen from
-    env["draft_kernels"] = {f"{record_name(spec_of[p], spec_of[p].arch)} ({w})": m.kernel_dispatch.plan.describe()
+    env["draft_kernels"] = {f"{draft_name[p]} ({w})": m.kernel_dispatch.plan.describe()
                             for (p, w), m in models.items() if hasattr(m, "kernel_dispatch")}
     env["bandwidth"] = bandwidth_floor(target)
     env["engines"] = {e: {"cuda_graphs": e == "graphs" and target.device.type == "cuda"} for e in engines}
@@ -415,7 +416,7 @@ def _run_bench(target: Target, config: BenchConfig, drafts: Mapping[str, Path] |
                                         .predicted_speedup.max()) for w in precisions}
     precision = max(precisions, key=lambda w: sum(np.log(p[w]) for p in predicted.values()))  # ties: the first
     for path in paths:
-        arch = record_name(spec_of[path], spec_of[path].arch)
+        arch = draft_name[path]
         env["drafts"][arch] |= {"weights": precision} | (
             {"predicted_speedup_by_weights": predicted[path]} if path in predicted else {})
         if needed[path]:

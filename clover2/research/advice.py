@@ -19,6 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from clover2.drafts.methods import MethodSpec
+from clover2.measure.bench import record_name
 
 PUBLISHED = "results/study/drafts"  # where the published drafts live, as a command names them
 # each published draft folder as a reader knows it (the study's arms; the value gain is a departure)
@@ -43,7 +44,7 @@ def tree_of(method: str, env: dict) -> str:
     spec = MethodSpec.parse(method)
     if spec.tree != "fitted":
         return spec.tree
-    fit = env.get("fitted_trees", {}).get(spec.arch + (f"={spec.named}" if spec.named else ""), {})
+    fit = env.get("fitted_trees", {}).get(record_name(spec, spec.arch), {})
     if not fit.get("budget"):
         return ""
     return "chain1" if fit["budget"] == 1 else \
