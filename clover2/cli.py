@@ -105,9 +105,10 @@ SETTINGS = arg("--set", action="append", default=[], metavar="SECTION.FIELD=VALU
 PROFILE_TARGET = (arg("--target", help="the target instead of the profile's: a built-in name, checkpoint folder or "
                                        "hub id"),
                   arg("--dtype", help="the target's dtype instead of the profile's: float32 (exact), bfloat16 or auto"))
-KERNELS = arg("--kernels", default="auto", help="the linear kernels of the target and the drafts: auto (per row "
-              "count, the one measured fastest on this machine, cached), or one forced everywhere: stock, packed "
-              "(oneDNN) or mkl (MKL packed GEMM)")
+KERNELS_HELP = ("the linear kernels of the target and the drafts: auto (per row count, the one measured fastest on "
+                "this machine, cached), or one forced everywhere: stock, packed (oneDNN) or mkl (MKL packed GEMM)")
+KERNELS = arg("--kernels", default="auto", help=KERNELS_HELP)
+PROFILE_KERNELS = arg("--kernels", help=KERNELS_HELP + "; default: the profile's (auto unless it says)")
 ADAPTER = arg("--adapter", type=Path, help="a LoRA adapter folder (peft) to merge into the target")
 TARGET = (arg("--target", default=DEFAULT_TARGET, help="built-in name, checkpoint folder or hub id"), ADAPTER,
           arg("--dtype", default="float32",
@@ -238,7 +239,7 @@ def generate_spec(method: str, *, tree: str | None = None, draft: Path | None = 
 
 
 @command("bench", "tasks x methods x temperatures against plain decoding, interleaved",
-         PROFILE, SETTINGS, PROFILE_TARGET, ADAPTER, KERNELS,
+         PROFILE, SETTINGS, PROFILE_TARGET, ADAPTER, PROFILE_KERNELS,
          arg("--tasks", help="comma-separated tasks (mt_bench, translation, summarization, qa, gsm8k, rag, humaneval) "
                              "or prompts .jsonl files, e.g. Spec-Bench's question.jsonl"),
          arg("--prompts", type=Path, help="one prompts JSONL file as the only task"),
@@ -268,7 +269,7 @@ def _bench(args):
 
 
 @command("prepare-data", "ShareGPT labelled by the target (hidden states, top-k), and a held-out set",
-         PROFILE, SETTINGS, PROFILE_TARGET,
+         PROFILE, SETTINGS, PROFILE_TARGET, PROFILE_KERNELS,
          arg("--out", type=Path, help="data folder (default: $CLOVER2_CACHE/data/<profile>); the held-out set goes "
                                       "to OUT-eval"),
          arg("--sharegpt", type=Path, help="a full ShareGPT JSON file instead of the wheel's copy"))
@@ -281,7 +282,7 @@ def _prepare_data(args):
 
     profile = _profile(args)
     rank, world = setup_distributed()
-    target = profile.load_target()
+    target = profile.load_target(kernels=args.kernels)
     out = args.out or cache_root() / "data" / profile.name
     training, held = split_corpus(sharegpt_conversations(args.sharegpt), benchmark_texts())
     prepare_data(target, held, out.with_name(out.name + "-eval"), profile.data.held_out_set(), rank=rank, world=world)
@@ -305,7 +306,7 @@ def _train(args):
 
     profile = _profile(args)
     rank, _ = setup_distributed()
-    target = profile.load_target()
+    target = profile.load_target(kernels="stock")  # training never runs the target: no kernels to measure
     data = args.data or [cache_root() / "data" / profile.name]
     out = args.out or cache_root() / "drafts" / profile.name / args.arch
     held = data[0].with_name(data[0].name + "-eval")
@@ -328,9 +329,10 @@ def _curves(args):
     runs = dict(_parse_run(s) for s in args.run)
     if profile.data.dev_per_task < 1:
         raise Clover2Error("curves: the profile's data.dev_per_task is 0 (give --set data.dev_per_task=N)")
-    tables = run(profile.load_target(), runs, args.out, tasks=profile.bench.tasks, n_per_task=args.n_per_task,
-                 dev_per_task=profile.data.dev_per_task, max_new_tokens=profile.bench.max_new_tokens,
-                 seed=profile.data.seed)
+    # stock kernels, as the study's replays: greedy tau, untimed, the same tokens on every machine
+    tables = run(profile.load_target(kernels="stock"), runs, args.out, tasks=profile.bench.tasks,
+                 n_per_task=args.n_per_task, dev_per_task=profile.data.dev_per_task,
+                 max_new_tokens=profile.bench.max_new_tokens, seed=profile.data.seed)
     print(_table(tables["taus"]) if "taus" in tables else "no snapshot to measure yet")
 
 
@@ -372,7 +374,7 @@ def _coverage(args):
     from clover2.training.data import DistillData
     from clover2.training.vocab import coverage, ranked_tokens
 
-    target = _profile(args).load_target()
+    target = _profile(args).load_target(kernels="stock")  # only its vocabulary is read
     data, held = DistillData(*args.data), DistillData(args.eval)
     for d in (data, held):
         d.check_target(target)

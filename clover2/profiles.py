@@ -9,7 +9,7 @@ fields applied on top of each architecture's own recipe) and `bench` (BenchConfi
 subsection), `lab` (LabConfig: the notebooks' variants) and `design` (the designed study's arms,
 budgets and evaluation: kept as its YAML mapping here and parsed where it is used,
 `clover2.research.design.DesignConfig.of`, so that nothing below the research layer needs it), plus
-`target`, `dtype` and `device`.
+`target`, `dtype`, `device` and `kernels`.
 Inside `train` and `draft`, a subsection named after an architecture (`eagle1: {lr: 3.0e-5}`) holds
 that architecture's own settings on top of the shared ones. A profile may start from another
 (`base: cpu`) and change only what differs. Unknown keys are errors, so a typo never silently falls
@@ -27,6 +27,7 @@ import yaml
 
 from clover2.decoding.builtin import DEFAULT_TARGET
 from clover2.decoding.cache import ENGINES
+from clover2.decoding.kernels import MODES
 from clover2.drafts.config import DraftConfig
 from clover2.errors import Clover2Error
 from clover2.measure.bench import BenchConfig
@@ -91,15 +92,21 @@ class Profile:
     # the designed study's section as written: `DesignConfig.of` parses it in the research layer
     design: dict = field(default_factory=dict)
     chat_template: str | None = None  # for a tokenizer that ships none: "vicuna" or a Jinja file (None: its own)
+    # the target's linear kernels (clover2.decoding.kernels): auto, the fastest measured on this machine per
+    # row count (cached; seconds to measure the first time), or one forced everywhere (stock: PyTorch's own)
+    kernels: str = "auto"
 
-    def load_target(self, name: str | None = None, *, adapter: Path | None = None, kernels: str = "auto"):
-        """The profile's target (or `name` instead), with the profile's dtype, device and chat template
-        (and a LoRA `adapter` merged in); its linear kernels measured on this machine unless `kernels`
-        names one (the benchmarks time it)."""
+    def __post_init__(self):
+        if self.kernels not in MODES:
+            raise Clover2Error(f"profile {self.name}: kernels must be one of {', '.join(MODES)}, got {self.kernels!r}")
+
+    def load_target(self, name: str | None = None, *, adapter: Path | None = None, kernels: str | None = None):
+        """The profile's target (or `name` instead), with the profile's dtype, device, chat template and
+        kernels (or `kernels` instead), and a LoRA `adapter` merged in."""
         from clover2.decoding.target import load_target
 
         return load_target(name or self.target, dtype=self.dtype, device=self.device, chat_template=self.chat_template,
-                           adapter=adapter, kernels=kernels)
+                           adapter=adapter, kernels=kernels or self.kernels)
 
     def draft_config(self, arch: str, **overrides) -> DraftConfig:
         """The architecture's recipe, then the profile's shared and own draft settings, then `overrides`."""
@@ -129,7 +136,7 @@ def profile_yaml(path: Path, seen: tuple[Path, ...] = ()) -> dict:
     return _merged(profile_yaml(parent, (*seen, path)), raw)
 
 
-TOP_LEVEL = ("target", "dtype", "device", "chat_template")
+TOP_LEVEL = ("target", "dtype", "device", "chat_template", "kernels")
 SECTIONS = {"data": DataConfig, "train": TrainConfig, "draft": DraftConfig, "bench": BenchConfig,
             "lab": LabConfig, "design": None}  # design: parsed by clover2.research.design, not here
 
@@ -207,7 +214,7 @@ def load_profile(name: str | Path | None = None, settings: Sequence[str] = ()) -
                       dtype=str(raw.get("dtype", "float32")), device=str(raw.get("device", "cpu")),
                       data=sections["data"], train=sections["train"], draft=draft, bench=sections["bench"],
                       lab=sections["lab"], own=own, chat_template=raw.get("chat_template"),
-                      design=design)
+                      design=design, kernels=str(raw.get("kernels", "auto")))
     for arch in own:  # every architecture's settings are checked now, not when it is first trained
         profile.draft_config(arch)
         try:
@@ -241,6 +248,8 @@ def dry_run_profile(name: str | Path | None) -> Path:
     raw["bench"]["max_new_tokens"] = min(raw["bench"].get("max_new_tokens", DRY_RUN_NEW_TOKENS), DRY_RUN_NEW_TOKENS)
     if prof.bench.draft_weights == "auto" and prof.device != "cpu":
         raw["bench"]["draft_weights"] = "float"  # what `auto` decodes the drafts in off a CPU, as the real run
+    if prof.device != "cpu":
+        raw["kernels"] = "stock"  # a GPU has no kernels to choose between: `auto` is PyTorch's own there
     out = cache_root() / "profiles" / f"{prof.name}-dry.yaml"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(f"# The dry run of {prof.name}: its whole run at smoke sizes on a CPU "

@@ -36,7 +36,8 @@ def test_every_shipped_profile_parses_and_names_known_variants(name):
     ("train: {eagle1: {lr_typo: 1}}", r"train.eagle1.*unknown keys"),
     ("train: {eagle1: {lr: -1}}", "lr > 0"),
     ("draft: {clover1: {value_gain: 0}}", "auto value gain"),
-    ("draft: {medusa: {init_layer: middle}}", "init_layer")])
+    ("draft: {medusa: {init_layer: middle}}", "init_layer"),
+    ("kernels: fastest", "kernels must be one of")])
 def test_nonsense_profiles_are_refused(tmp_path, text, match):
     path = tmp_path / "bad.yaml"
     path.write_text(text + "\n")
@@ -78,9 +79,9 @@ def _tiny_llama_with_smollm2_tokenizer(folder):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["paper-vicuna7b", "paper-llama3-8b", "gpu"])
 def test_gpu_profile_dry_run_on_a_tiny_model_of_its_family(name, tmp_path, fresh_cache):
-    """A GPU profile's own settings (dtype, loss, bf16 autocast, vocabulary, trees, tasks, methods and
-    their engines), with only the sizes shrunk and the device set to CPU: data, every draft, ablation
-    tau, bench. (`make test` also runs the gpu profile's first notebook through `clover2 notebooks`.)"""
+    """A GPU profile's own settings (dtype, loss, bf16 autocast, vocabulary, trees, methods and their
+    engines), with only the sizes shrunk (two of its tasks) and the device set to CPU: data, every draft,
+    ablation tau, bench. (`make test` also runs the gpu profile's first notebook through `clover2 notebooks`.)"""
     profile = load_profile(name)
     folder = _tiny_llama_with_smollm2_tokenizer(tmp_path / "target")
     tiny = replace(
@@ -89,7 +90,7 @@ def test_gpu_profile_dry_run_on_a_tiny_model_of_its_family(name, tmp_path, fresh
                      batch_size=2, shard_conversations=2, eval_conversations=2),
         train=replace(profile.train, max_steps=2, batch_size=2, max_len=48, eval_every=1, eval_batches=1,
                       warmup_steps=1),
-        bench=replace(profile.bench, n_per_task=1, max_new_tokens=4, threads=1,
+        bench=replace(profile.bench, tasks=profile.bench.tasks[:2], n_per_task=1, max_new_tokens=4, threads=1,
                       fit=replace(profile.bench.fit, prompts=1, max_new_tokens=4, max_depth=3)),
         lab=replace(profile.lab, ablation_n_per_task=1, ablation_max_new_tokens=4))
     target = load_target(str(folder), dtype=profile.dtype, device="cpu", kernels="stock")
@@ -126,6 +127,26 @@ def test_the_gpu_profile_and_its_dry_run():
     assert dry.train.max_steps == smoke.train.max_steps and dry.lab.engine == "graphs"
     assert gpu.bench.draft_weights == "auto" and dry.bench.draft_weights == "float"  # auto's choice on a GPU
     assert smoke.bench.draft_weights == "auto"  # a CPU's choice between float and int8 stays checked by smoke
+    assert (gpu.kernels, dry.kernels) == ("auto", "stock")  # a GPU has no kernels to choose between
+
+
+def test_the_profile_names_the_kernels_and_a_command_can_override_them(monkeypatch):
+    """The smoke profile loads its target with PyTorch's own kernels, the others measure them (`auto`);
+    `--kernels` on a profile command, or `kernels=` in Lab.open, overrides the profile."""
+    import clover2.decoding.target as target_mod
+    from clover2.cli import _parser, _profile
+
+    asked = []
+    monkeypatch.setattr(target_mod, "load_target", lambda *a, **kw: asked.append(kw["kernels"]))
+    load_profile("smoke").load_target()
+    load_profile("cpu").load_target()
+    load_profile("smoke").load_target(kernels="packed")
+    load_profile("cpu", settings=["kernels=mkl"]).load_target()
+    assert asked == ["stock", "auto", "packed", "mkl"]
+    for command in (["bench", "--out", "x"], ["prepare-data"]):
+        args = _parser().parse_args([*command, "--profile", "smoke"])
+        assert args.kernels is None and _profile(args).kernels == "stock"  # the profile's, unless given
+        assert _parser().parse_args([*command, "--kernels", "mkl"]).kernels == "mkl"
 
 
 def test_a_profile_starts_from_its_base_and_changes_only_what_differs(tmp_path):

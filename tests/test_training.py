@@ -177,6 +177,24 @@ def test_two_torchrun_processes_match_one(tiny_folder, target, data, tmp_path):
         torch.testing.assert_close(a[key], b[key], atol=1e-5, rtol=1e-4)
 
 
+def test_the_train_command_measures_no_kernels(tiny_folder, data, tmp_path, monkeypatch):
+    """Training never runs the target, so `clover2 train` loads it with PyTorch's own kernels instead of
+    timing every kernel first (minutes on a loaded machine, for nothing)."""
+    import clover2.decoding.kernels as kernels
+    from clover2.cli import main
+
+    def measure(*args, **kwargs):
+        raise AssertionError("clover2 train timed the target's kernels")
+
+    monkeypatch.setattr(kernels, "measure", measure)
+    profile = tmp_path / "p.yaml"
+    profile.write_text(f"target: {tiny_folder}\ndtype: float32\ntrain:\n  batch_size: 4\n  max_len: 32\n"
+                       "  max_steps: 2\n  eval_every: 2\n  eval_batches: 1\n  warmup_steps: 1\n  held_out: 0.2\n")
+    assert main(["train", "--profile", str(profile), "--arch", "clover2", "--data", str(data),
+                 "--out", str(tmp_path / "d")]) == 0
+    assert (tmp_path / "d" / "draft.safetensors").exists()
+
+
 def test_draft_for_another_target_is_refused(target, data, tmp_path):
     train(target, data, tmp_path / "d", DraftConfig(num_heads=2), replace(CFG, max_steps=2, eval_every=2))
     other = tiny_target("llama", seed=1)  # same shapes, other weights

@@ -142,11 +142,12 @@ class Lab:
 
     @classmethod
     def open(cls, profile: str | None = None, *, target: str | None = None, drafts: str | Path | None = None,
-             results: str | Path | None = None, kernels: str = "auto") -> Lab:
+             results: str | Path | None = None, kernels: str | None = None) -> Lab:
         """Check the parameters and load the target: the first cell of every notebook.
 
         `profile` None is the default profile (`$CLOVER2_PROFILE`, else `cpu`); `results` None is
-        `$CLOVER2_RESULTS/<profile>`, else `results/<profile>` in the current folder."""
+        `$CLOVER2_RESULTS/<profile>`, else `results/<profile>` in the current folder; `kernels` None: the
+        profile's."""
         prof = load_profile(profile)
         lab = cls(profile=prof, target=prof.load_target(target, kernels=kernels),
                     results=Path(results) if results else results_root() / prof.name,
