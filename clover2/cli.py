@@ -193,19 +193,21 @@ def _generate(args):
     sampling = SamplingConfig(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed)
     config = DecodeConfig(max_new_tokens=args.max_new_tokens, stop_strings=tuple(args.stop), sampling=sampling)
     records = read_prompts(args.prompts) if args.prompts else [PromptRecord(id="0", turns=(args.prompt,))]
-    spec = generate_spec(args.method, tree=args.tree, draft=args.draft, temperature=config.sampling.temperature)
+    # a draft method written without a tree decodes on the device's: the one measured fastest there
+    spec = generate_spec(args.method, tree=args.tree, draft=args.draft, temperature=config.sampling.temperature,
+                         default_tree=device_tree(args.device))
     target = _load(args)
-    if args.tree is None:
-        spec = device_tree(spec, args.method, target.device)  # no tree written: the one measured fastest there
     make = drafter_factory(spec, target, sampling=config.sampling)
     for record in records:
         result = conversation_json(target, record, run_conversation(target, make, record, config))
         print(json.dumps(result) if args.json else result["text"], flush=True)
 
 
-def generate_spec(method: str, *, tree: str | None = None, draft: Path | None = None, temperature: float = 0.0):
+def generate_spec(method: str, *, tree: str | None = None, draft: Path | None = None, temperature: float = 0.0,
+                  default_tree: str | None = None):
     """`generate`'s method: `NAME[@TREE][=DRAFT]` as every command writes it, parsed once; `--tree` and
-    `--draft`, the older spelling, fill in what the method leaves out (giving both ways is an error)."""
+    `--draft`, the older spelling, fill in what the method leaves out (giving both ways is an error); a draft
+    method given no tree either way takes `default_tree` (None: the benchmark's)."""
     from dataclasses import replace
 
     from clover2.drafts.methods import ENGINE_METHODS, HF_METHODS, TREE_METHODS, MethodSpec, parse_tree
@@ -214,7 +216,7 @@ def generate_spec(method: str, *, tree: str | None = None, draft: Path | None = 
     if "/" in head or "!" in head:
         raise Clover2Error(f"--method {method}: generate takes the temperature from --temperature and runs the "
                            "eager engine; write NAME[@TREE][=DRAFT]")
-    spec = MethodSpec.parse(method)
+    spec = MethodSpec.parse(method, **({"default_tree": default_tree} if default_tree else {}))
     if spec.name in ENGINE_METHODS:
         raise Clover2Error(f"--method {spec.name}: llama.cpp's methods run in `clover2 bench --llama-cpp PATH`, "
                            "beside clover2's own")

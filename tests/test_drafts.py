@@ -277,15 +277,19 @@ def test_a_fitted_tree_of_one_node_decodes_as_the_one_token_chain(tiny):
 def test_a_draft_method_without_a_tree_decodes_on_the_devices_tree():
     """`clover2 generate` and `chat`: the paper's tree on a GPU, the one-token chain on a CPU, a written tree
     kept; the benchmark's spec keeps the paper's tree."""
+    from clover2.cli import generate_spec
     from clover2.drafts.methods import device_tree
 
-    spec = MethodSpec.parse("suffix+eagle1=drafts/eagle1")
-    assert spec.tree == "eagle25"
-    assert device_tree(spec, "suffix+eagle1=drafts/eagle1", "cpu").tree == "chain1"
-    assert device_tree(spec, "suffix+eagle1=drafts/eagle1", torch.device("cuda")).tree == "eagle25"
-    written = MethodSpec.parse("clover2@eagle25=d")
-    assert device_tree(written, "clover2@eagle25=d", "cpu").tree == "eagle25"
-    assert device_tree(MethodSpec.parse("ar"), "ar", "cpu").tree == ""
+    assert MethodSpec.parse("suffix+eagle1=drafts/eagle1").tree == "eagle25"
+    assert (device_tree("cpu"), device_tree(torch.device("cuda")), device_tree("cuda:0")) == ("chain1", "eagle25",
+                                                                                                 "eagle25")
+    on_cpu = dict(default_tree=device_tree("cpu"))
+    assert MethodSpec.parse("suffix+eagle1=drafts/eagle1", **on_cpu).tree == "chain1"
+    assert MethodSpec.parse("clover2@eagle25=d", **on_cpu).tree == "eagle25"  # a written tree kept
+    assert MethodSpec.parse("ar", **on_cpu).tree == ""
+    assert generate_spec("clover2=d", **on_cpu).tree == "chain1"
+    assert generate_spec("clover2=d", tree="eagle25", **on_cpu).tree == "eagle25"  # the older spelling's tree kept
+    assert generate_spec("clover2@dynamic:12:3:4=d", **on_cpu).tree == "dynamic:12:3:4"
 
 
 def _propose(target, drafter):

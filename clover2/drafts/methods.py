@@ -21,7 +21,7 @@ graphs on a GPU); without it, the eager reference.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -72,8 +72,9 @@ class MethodSpec:
     named: str = ""  # the name of the draft folder the spec gave (`=PATH`): two drafts of one architecture apart
 
     @classmethod
-    def parse(cls, spec: str, default_temperature: float = 0.0) -> MethodSpec:
-        """`NAME[@TREE][/TEMPERATURE][!ENGINE][=DRAFT_PATH]`, e.g. `clover2@dynamic:60:6:10/1!graphs=drafts/clover2`."""
+    def parse(cls, spec: str, default_temperature: float = 0.0, *, default_tree: str = DEFAULT_TREE) -> MethodSpec:
+        """`NAME[@TREE][/TEMPERATURE][!ENGINE][=DRAFT_PATH]`, e.g. `clover2@dynamic:60:6:10/1!graphs=drafts/clover2`;
+        a method that takes a tree and names none takes `default_tree`."""
         rest, _, path = spec.strip().partition("=")
         rest, bang, engine = rest.partition("!")
         rest, slash, temp = rest.partition("/")
@@ -103,7 +104,7 @@ class MethodSpec:
             raise Clover2Error(f"{spec!r}: the temperature must be >= 0")
         if tree and tree != "fitted":
             parse_tree(tree)  # a bad tree fails here, not hours later
-        return cls(name, tree or (DEFAULT_TREE if name in TREE_METHODS else ""), temperature,
+        return cls(name, tree or (default_tree if name in TREE_METHODS else ""), temperature,
                    Path(path) if path else None, engine or "eager", Path(path).name if path else "")
 
     @classmethod
@@ -205,12 +206,10 @@ def drafters_for(spec: MethodSpec, model: DraftModel, tree: Tree | DynamicTree |
     return lambda: Union(sources(), copy_budgets or {}, one_source=one_source)
 
 
-def device_tree(spec: MethodSpec, written: str, device: torch.device | str) -> MethodSpec:
-    """`spec` as `clover2 generate` and `chat` decode it: a draft method whose text (`written`) names no tree
-    takes the device's (`GENERATE_TREES`); the benchmark keeps `DEFAULT_TREE`, as the paper's tables."""
-    if spec.arch and "@" not in written.partition("=")[0]:
-        return replace(spec, tree=GENERATE_TREES.get(torch.device(device).type, DEFAULT_TREE))
-    return spec
+def device_tree(device: torch.device | str) -> str:
+    """The tree of a method written without one in `clover2 generate` and `chat` (`GENERATE_TREES`); the
+    benchmark keeps `DEFAULT_TREE`, as the paper's tables."""
+    return GENERATE_TREES.get(torch.device(device).type, DEFAULT_TREE)
 
 
 def chat(target: Target, method: str, message: str, *, max_new_tokens: int = 256,
@@ -219,7 +218,7 @@ def chat(target: Target, method: str, message: str, *, max_new_tokens: int = 256
     e.g. `clover2@chain1=results/study/drafts/clover2`): the answer's text. Greedy by default, and then,
     in float32, exactly plain decoding's answer (`chat(target, "ar", message)`). A draft method without a
     tree decodes with the device's (`device_tree`)."""
-    spec = device_tree(MethodSpec.parse(method, sampling.temperature), method, target.device)
+    spec = MethodSpec.parse(method, sampling.temperature, default_tree=device_tree(target.device))
     make = drafter_factory(spec, target, sampling=sampling)
     ids = target.encode_chat([{"role": "user", "content": message}])
     return target.decode(generate(target, make(), ids, DecodeConfig(max_new_tokens=max_new_tokens,
