@@ -217,3 +217,15 @@ def test_a_term_is_linked_to_the_glossary_where_it_is_first_used():
     # a link's target is not a use: "tau" is first shown after it
     assert link_first_uses("{term}`tokens per step <tau>`, tau 1.7", ("tau",)) == \
         "{term}`tokens per step <tau>`, {term}`tau` 1.7"
+
+
+def test_a_study_in_progress_counts_its_planned_runs_as_the_results_page_does(tmp_path):
+    """While runs wait, the front page gives the results page's count (`status.csv`, the plan's every run
+    as `clover2 study report` wrote it), not the rows of runs.csv (which keep the runs of rates a grid no
+    longer chooses)."""
+    results = _copy(tmp_path)
+    parts = lambda: next(c.here for c in claims(results) if c.claim == "Each of Clover-2's parts helps")  # noqa: E731
+    assert parts().startswith(f"in progress ({len(pd.read_csv(results / 'study/runs.csv'))} runs trained)")
+    pd.DataFrame({"run": ["a", "b", "c"], "state": ["done", "at step 100", "done"]}).to_csv(
+        results / "study/status.csv", index=False)
+    assert parts().startswith("in progress (2 of 3 planned runs finished)")

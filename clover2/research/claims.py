@@ -98,8 +98,10 @@ def study_claims(results: Path, design: DesignConfig | None = None) -> list[Clai
     design = design or DesignConfig.of(load_profile("study"))
     ref = design.reference
     study = results / "study"
-    runs, verdicts = _read(study / "runs.csv"), _read(study / "verdicts.csv")
-    progress = f"in progress ({len(runs)} runs trained)"
+    runs, verdicts, status = _read(study / "runs.csv"), _read(study / "verdicts.csv"), _read(study / "status.csv")
+    # the results page's count, from the same table (`clover2 study report` writes both)
+    progress = (f"in progress ({(status.state == 'done').sum()} of {len(status)} planned runs finished)" if len(status)
+                else f"in progress ({len(runs)} runs trained)")
     page = "../results/study/README"
     taus = paper.clover2_over_eagle1(paper.tau().assign(source=lambda d: d.target))
     speeds = paper.throughput().pivot_table(index=["temperature", "target", "task"], columns="method",

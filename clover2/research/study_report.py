@@ -64,9 +64,11 @@ def write_report(experiment: Experiment) -> dict[str, pd.DataFrame]:
     sittings = pd.read_csv(experiment.sittings_csv) if experiment.sittings_csv.exists() else pd.DataFrame()
     cpus = machine_text(machine_time(runs, sittings, design.main)) if len(runs) else machine()["cpu_name"]
     commits = f"{runs.commit.nunique()} commits" if len(runs) else "-"
+    status = experiment.status()
+    write_csv(results / "status.csv", status)  # the plan's every run and its state: the front page counts it
     downloads = sorted(str(p.relative_to(results)) for p in (*results.glob("*.csv"), *results.glob("speed*/*.csv"),
                                                              *experiment.published().glob("*/draft.*")))
-    write_page(results, design, tables, experiment.status(), machine=cpus, commits=commits,
+    write_page(results, design, tables, status, machine=cpus, commits=commits,
                amended=design is experiment.design, downloads=downloads)
     return tables
 
