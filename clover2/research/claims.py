@@ -319,10 +319,12 @@ def abstract(results: Path, design: DesignConfig | None = None) -> str:
                     f"{_span(alone.speedup)}x alone "
                     "({doc}`use`)." if not alone.empty else "."))
     if official and all(r is not None and r.verdict != WAITS for r in rows.values()):  # every primary decided
-        r = rows[official[0]]
-        better = _study_status(r.verdict) == "reproduced"
+        better = {arm: _study_status(rows[arm].verdict) == "reproduced" for arm in official + departed}
         what += (f" **For choosing a draft:** at this scale, Clover-2 as published is "
-                 f"{'better than' if better else 'no better than'} {ref}")
+                 f"{'better than' if better[official[0]] else 'no better than'} {ref}")
+        for arm in (a for a in departed if better[a] != better[official[0]]):  # a departure that changes the answer
+            what += (f", with {DEPARTURES[arm]} {'better' if better[arm] else 'no better'} "
+                     f"({100 * (rows[arm].ratio - 1):+.1f}% tokens per step)")
         fastest = greedy if not greedy.empty else bench[(bench.task == "overall") & (bench.temperature == 0)] \
             if not bench.empty else bench
         if not fastest.empty:
