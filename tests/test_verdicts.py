@@ -391,3 +391,36 @@ def test_the_page_shows_the_speed_claims_in_their_cpu_form_with_the_fits_predict
     earlier = tables["verdicts"][tables["verdicts"].family == "primary"]
     text = page(DESIGN, {**tables, "earlier": earlier}, status, machine="cpu", commits="abc")
     assert "## The primary comparisons by the protocol's first rules" in text and "| primary | c2 / e1 |" in text
+
+
+def test_the_machine_replicate_stands_beside_its_original_and_the_seed_spread():
+    """One seed trained again on another CPU kind: its tau beside the first run's on the same prompts, in
+    units of the arm's seed-to-seed standard deviation, on the page's findings and in a table of its own."""
+    from dataclasses import replace
+
+    from clover2.research.verdicts import analyze, page
+
+    design = replace(DESIGN, replicate=("e1", 1))
+    reps = replays({"c2": 1.8, "e1": 1.75, "m": 1.6}, seeds={"c2": 5, "e1": 5, "m": 3})
+    again = reps[(reps.run == "e1/s1/b600")].assign(run="e1-replicate/s1/b600", arm="e1-replicate")
+    again = again.assign(tokens=again.tokens + 2)  # a little more accepted on the second machine
+    names = sorted(set(reps.run)) + ["e1-replicate/s1/b600"]
+    runs = pd.DataFrame({"run": names, "arm": [n.split("/")[0] for n in names], "seed": [int(n.split("/")[1][1:])
+                         for n in names], "budget": [int(n.split("/b")[1]) for n in names], "share": 1.0, "lr": 1e-3,
+                         "dev": 1.5, "tokens": 1000, "epochs": 1.0,
+                         "cpu": ["AMD EPYC"] * (len(names) - 1) + ["Intel Xeon"],
+                         "weights_sha256": [f"w{i}" for i in range(len(names))]})
+    tables = analyze(design, runs, pd.concat([reps, again], ignore_index=True), DEV)
+    row = tables["replicate"].iloc[0]
+    assert (row.arm, row.seed, row.budget, row.first_cpu, row.again_cpu, row.same_weights) == (
+        "e1", 1, 600, "AMD EPYC", "Intel Xeon", False)
+    assert row.ratio == pytest.approx(again.tokens.sum() / (again.tokens.sum() - 2 * len(again)))
+    sd = tables["spread"].set_index(["arm", "budget"]).seed_sd[("e1", 600)]
+    assert row.in_seed_sds == pytest.approx((row.tau_again - row.tau_first) / sd)
+    assert "e1-replicate" not in set(tables["spread"].arm)  # in no comparison
+    text = page(design, tables, pd.DataFrame({"run": ["x"], "arm": ["e1"], "state": ["done"], "steps": [1.0]}),
+                machine="a CPU", commits="abc")
+    assert "- **machine** (descriptive): e1 seed 1 trained again on Intel Xeon (first on AMD EPYC), other " \
+        "weights" in text
+    assert "## The machine" in text and "seed-to-seed standard deviations" in text
+    assert analyze(DESIGN, runs, reps, DEV)["replicate"].empty  # no replicate planned: nothing

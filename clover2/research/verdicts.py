@@ -360,7 +360,36 @@ def analyze(design: DesignConfig, runs: pd.DataFrame, replays: pd.DataFrame, dev
     tables["fits"] = curve_fits(full[full.arm.isin([*design.primary, design.reference])], at=PAPER_ANSWER_TOKENS,
                                 ceiling=int(parse_tree(design.trees[0]).depth.max()) + 1)
     tables["per_task"] = per_task(design, replays, dev)
+    tables["replicate"] = machine_replicate(design, runs, replays, tables["spread"])
     return tables
+
+
+def machine_replicate(design: DesignConfig, runs: pd.DataFrame, replays: pd.DataFrame,
+                      spread_table: pd.DataFrame) -> pd.DataFrame:
+    """The machine replicate (`DesignConfig.replicate`): one seed of an arm trained again on another CPU
+    kind, its tau on each tree beside the original run's and the arm's seed-to-seed standard deviation
+    there (descriptive: what the machine does to tau, beside what the seed does). Empty until it is replayed."""
+    if not design.replicate or replays.empty:
+        return pd.DataFrame()
+    arm = design.replicate[0]
+    rows = []
+    for (run, tree), again in replays[replays.arm == f"{arm}-replicate"].groupby(["run", "tree"], sort=False):
+        original = run.replace(f"{arm}-replicate/", f"{arm}/", 1)
+        first = replays[(replays.run == original) & (replays.tree == tree)]
+        trained = runs.set_index("run")
+        if first.empty or not {run, original} <= set(trained.index):
+            continue
+        budget, share = int(again.budget.iloc[0]), float(again.share.iloc[0])
+        sd = spread_table[(spread_table.arm == arm) & (spread_table.budget == budget) & (spread_table.share == share)
+                          & (spread_table.tree == tree)].seed_sd
+        tau_first, tau_again = first.tokens.sum() / first.steps.sum(), again.tokens.sum() / again.steps.sum()
+        rows.append({"arm": arm, "seed": int(again.seed.iloc[0]), "budget": budget, "tree": tree,
+                     "first_cpu": trained.cpu[original], "again_cpu": trained.cpu[run],
+                     "same_weights": trained.weights_sha256[original] == trained.weights_sha256[run],
+                     "tau_first": tau_first, "tau_again": tau_again, "ratio": tau_again / tau_first,
+                     "seed_sd": float(sd.iloc[0]) if len(sd) else np.nan,
+                     "in_seed_sds": (tau_again - tau_first) / float(sd.iloc[0]) if len(sd) else np.nan})
+    return pd.DataFrame(rows)
 
 
 def per_task(design: DesignConfig, replays: pd.DataFrame, dev: dict) -> pd.DataFrame:
@@ -540,6 +569,13 @@ def readable(name: str, df: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame({"method": df.arm, "tree": df.get("tree", ""), "seeds": df.seeds,
                              "speedup [interval]": [f"{r.speedup:.3f} {bracket(r.lo, r.hi)}" for r in df.itertuples()],
                              "tau": df.get("tau", np.nan)})
+    if name == "replicate":
+        return pd.DataFrame({"arm": df.arm, "seed": df.seed, "steps": df.budget, "tree": df.tree.map(_tree),
+                             "trained first on": df.first_cpu, "trained again on": df.again_cpu,
+                             "same weights": df.same_weights.map({True: "yes", False: "no"}),
+                             "tau, first": df.tau_first.map("{:.3f}".format),
+                             "tau, again": df.tau_again.map("{:.3f}".format), "ratio": df.ratio.map("{:.3f}".format),
+                             "seed-to-seed SD": df.seed_sd.map("{:.3f}".format)})
     if name == "tree_choice":
         return pd.DataFrame({"arm": df.arm, "tree": df.tree, "chosen": df.chosen.map({True: "yes", False: ""}),
                              "measured speedup [interval]": [f"{r.speedup:.3f} {bracket(r.lo, r.hi)}"
@@ -694,6 +730,14 @@ def _findings(design: DesignConfig, tables: dict[str, pd.DataFrame]) -> list[str
         lines.append(f"- **per task** (descriptive, {_per_task_prompts(t)} prompts a task): " + ", ".join(spans)
                      + (f"; the paper's Clover-2 / EAGLE-1 {paper.min():.2f} to {paper.max():.2f} (the mean of its "
                         "targets)" if len(paper) else "") + ".")
+    m = tables.get("replicate", pd.DataFrame())
+    for r in m.itertuples():
+        if r.tree == "eagle25":
+            lines.append(f"- **machine** (descriptive): {r.arm} seed {r.seed} trained again on {r.again_cpu} (first on "
+                         f"{r.first_cpu}), {'the same' if r.same_weights else 'other'} weights: tau {r.tau_again:.3f} "
+                         f"against {r.tau_first:.3f} on the 25-node tree ({r.ratio:.3f} times), "
+                         + (f"{abs(r.in_seed_sds):.1f} seed-to-seed standard deviations ({r.seed_sd:.3f}) "
+                            f"{'above' if r.in_seed_sds > 0 else 'below'}." if r.seed_sd == r.seed_sd else "."))
     c = tables.get("curve", pd.DataFrame())
     c = c[c.arm.isin((*design.primary, design.reference)) & (c.share == 1)] if not c.empty else c
     if not c.empty and c.budget.nunique() > 1:
@@ -848,6 +892,9 @@ def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataF
                         "timed against plain decoding on dev prompts the evaluation never sees: the fastest is "
                         "chosen. The fit's predicted speedup stands beside the measured one (of the decoding "
                         "steps alone, what the fit models)."),
+        "replicate": ("The machine", "One seed trained again on another CPU kind from the same data, settings and "
+                      "seed, replayed alike: its tau beside the first run's, and the arm's seed-to-seed standard "
+                      "deviation at that budget and tree (descriptive)."),
         "speed": ("Speed of the primary pair at the 25-node tree", _speed_note(tables.get("speed"), design)),
         "published": ("The published drafts", "`results/study/drafts/`, bf16: tau replayed from them by `clover2 "
                       "study check` beside the committed tau of the run each came from.")}
