@@ -736,7 +736,7 @@ def _findings(design: DesignConfig, tables: dict[str, pd.DataFrame]) -> list[str
             lines.append(f"- **machine** (descriptive): {r.arm} seed {r.seed} trained again on {r.again_cpu} (first on "
                          f"{r.first_cpu}), {'the same' if r.same_weights else 'other'} weights: tau {r.tau_again:.3f} "
                          f"against {r.tau_first:.3f} on the 25-node tree ({r.ratio:.3f} times), "
-                         + (f"{abs(r.in_seed_sds):.1f} seed-to-seed standard deviations ({r.seed_sd:.3f}) "
+                         + (f"{abs(r.in_seed_sds):.2f} seed-to-seed standard deviations ({r.seed_sd:.3f}) "
                             f"{'above' if r.in_seed_sds > 0 else 'below'}." if r.seed_sd == r.seed_sd else "."))
     c = tables.get("curve", pd.DataFrame())
     c = c[c.arm.isin((*design.primary, design.reference)) & (c.share == 1)] if not c.empty else c
