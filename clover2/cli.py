@@ -210,13 +210,13 @@ def generate_spec(method: str, *, tree: str | None = None, draft: Path | None = 
     method given no tree either way takes `default_tree` (None: the benchmark's)."""
     from dataclasses import replace
 
-    from clover2.drafts.methods import ENGINE_METHODS, HF_METHODS, TREE_METHODS, MethodSpec, parse_tree
+    from clover2.drafts.methods import DEFAULT_TREE, ENGINE_METHODS, HF_METHODS, TREE_METHODS, MethodSpec, parse_tree
 
     head, _, path = method.partition("=")
     if "/" in head or "!" in head:
         raise Clover2Error(f"--method {method}: generate takes the temperature from --temperature and runs the "
                            "eager engine; write NAME[@TREE][=DRAFT]")
-    spec = MethodSpec.parse(method, **({"default_tree": default_tree} if default_tree else {}))
+    spec = MethodSpec.parse(method, default_tree=default_tree or DEFAULT_TREE)
     if spec.name in ENGINE_METHODS:
         raise Clover2Error(f"--method {spec.name}: llama.cpp's methods run in `clover2 bench --llama-cpp PATH`, "
                            "beside clover2's own")

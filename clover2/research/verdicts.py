@@ -371,24 +371,22 @@ def machine_replicate(design: DesignConfig, runs: pd.DataFrame, replays: pd.Data
     there (descriptive: what the machine does to tau, beside what the seed does). Empty until it is replayed."""
     if not design.replicate or replays.empty:
         return pd.DataFrame()
-    arm = design.replicate[0]
+    arm, trained = design.replicate[0], runs.set_index("run")
+    sds = spread_table.set_index(["arm", "budget", "share", "tree"]).seed_sd
     rows = []
     for (run, tree), again in replays[replays.arm == f"{arm}-replicate"].groupby(["run", "tree"], sort=False):
         original = run.replace(f"{arm}-replicate/", f"{arm}/", 1)
         first = replays[(replays.run == original) & (replays.tree == tree)]
-        trained = runs.set_index("run")
         if first.empty or not {run, original} <= set(trained.index):
             continue
         budget, share = int(again.budget.iloc[0]), float(again.share.iloc[0])
-        sd = spread_table[(spread_table.arm == arm) & (spread_table.budget == budget) & (spread_table.share == share)
-                          & (spread_table.tree == tree)].seed_sd
+        sd = float(sds.get((arm, budget, share, tree), np.nan))
         tau_first, tau_again = first.tokens.sum() / first.steps.sum(), again.tokens.sum() / again.steps.sum()
         rows.append({"arm": arm, "seed": int(again.seed.iloc[0]), "budget": budget, "tree": tree,
                      "first_cpu": trained.cpu[original], "again_cpu": trained.cpu[run],
                      "same_weights": trained.weights_sha256[original] == trained.weights_sha256[run],
                      "tau_first": tau_first, "tau_again": tau_again, "ratio": tau_again / tau_first,
-                     "seed_sd": float(sd.iloc[0]) if len(sd) else np.nan,
-                     "in_seed_sds": (tau_again - tau_first) / float(sd.iloc[0]) if len(sd) else np.nan})
+                     "seed_sd": sd, "in_seed_sds": (tau_again - tau_first) / sd})
     return pd.DataFrame(rows)
 
 
