@@ -55,7 +55,7 @@ def test_the_box_names_the_fastest_exact_method_and_its_command(tmp_path):
     _run(tmp_path / "use" / "float32", ROWS)
     text = box(tmp_path, study_tau=pd.Series({"clover2-official": 1.67}))
     first = text.splitlines()[3]
-    assert "the suffix cache, else EAGLE-1" in first and "1.43x [1.38, 1.48]" in first
+    assert "the suffix cache with EAGLE-1 (the tree fitted to this machine" in first and "1.43x [1.38, 1.48]" in first
     assert f"`clover2 generate --method suffix+eagle1@dynamic:5:3:8={D}/eagle1`" in first
     assert "Clover-2 (the paper's recipe) 1.15x [1.10, 1.20] (1.40 tokens per step)" in text
     assert "1.12x [1.05, 1.20] over the cache alone" in text

@@ -447,8 +447,9 @@ def _draft_run(target, draft, cfg):
     return run
 
 
-def test_commit_is_dirty_for_code_changes_but_not_for_results(tmp_path, monkeypatch):
-    """A run writes into the tracked results/ folder; only code changes make the recorded commit dirty."""
+def test_commit_is_dirty_for_code_changes_but_not_for_results_or_prose(tmp_path, monkeypatch):
+    """A run writes into the tracked results/ folder; only code changes make the recorded commit dirty (not
+    the book's prose or the README)."""
     import subprocess
 
     from clover2.measure import provenance
@@ -456,13 +457,16 @@ def test_commit_is_dirty_for_code_changes_but_not_for_results(tmp_path, monkeypa
     git = lambda *args: subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path,  # noqa: E731
                                        check=True, capture_output=True)
     (tmp_path / "results").mkdir()
+    (tmp_path / "book").mkdir()
     (tmp_path / "code.py").write_text("x = 1\n")
-    (tmp_path / "results" / "bench.csv").write_text("a\n")
+    for prose in ("results/bench.csv", "book/use.md", "README.md"):
+        (tmp_path / prose).write_text("a\n")
     git("init", "-q")
     git("add", ".")
     git("commit", "-qm", "init")
     monkeypatch.setattr(provenance, "repo_root", lambda: tmp_path)
-    (tmp_path / "results" / "bench.csv").write_text("b\n")
+    for prose in ("results/bench.csv", "book/use.md", "README.md"):  # a run's output, the book's prose
+        (tmp_path / prose).write_text("b\n")
     assert not provenance.commit().endswith("-dirty")
     (tmp_path / "code.py").write_text("x = 2\n")
     assert provenance.commit().endswith("-dirty")

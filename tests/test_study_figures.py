@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pandas as pd
 import pytest
 from matplotlib.container import ErrorbarContainer
@@ -46,9 +47,10 @@ def per_task_csv() -> pd.DataFrame:
 
 
 def curve_csv() -> pd.DataFrame:
-    return pd.DataFrame([{"arm": a, "budget": b, "share": 1.0, "tokens": 1000 * b, "epochs": b / 250,
-                          "tau": t0 + 0.0002 * b} for a, t0 in (("c2o", 1.4), ("c2", 1.45), ("e1", 1.42))
-                         for b in (300, 600, 1200)])
+    return pd.DataFrame([{"arm": a, "lr": 1e-3, "budget": b, "share": 1.0, "tokens": 1000 * b, "epochs": b / 250,
+                          "tau": t0 + 0.0002 * b, "seeds": 1 if b > 600 else 2, "seeds_tau": 1.5,
+                          "seed_sd": np.nan if b > 600 else 0.01}
+                         for a, t0 in (("c2o", 1.4), ("c2", 1.45), ("e1", 1.42)) for b in (300, 600, 1200)])
 
 
 def spread_csv() -> pd.DataFrame:

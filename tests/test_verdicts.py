@@ -66,12 +66,17 @@ def test_a_bound_at_one_within_resampling_error_gives_both_readings_of_the_rule(
     claimed = 0.03, 0.01, 0.05  # the margin, the paper's smallest and largest claimed gains
     assert reason(0.974, 0.995, *claimed) == "the rival ahead"
     assert reason(0.974, 0.995, *claimed, rival="EAGLE-1") == "EAGLE-1 ahead"  # the rival named where known
-    assert reason(0.974, 0.9997, *claimed) == ("the rival ahead or equivalent within 3%, the paper's smallest gain "
-                                               "excluded (its upper bound is 1 within the bootstrap's resampling "
-                                               "error)")
-    assert reason(1.0004, 1.04, *claimed) == ("Clover-2 ahead or inconclusive at this power (its lower bound is 1 "
-                                              "within the bootstrap's resampling error)")
-    assert reason(1.0004, 1.02, *claimed).startswith("Clover-2 ahead or equivalent within 3%")
+    assert reason(0.974, 0.9997, *claimed) == ("the rival ahead (its upper bound is 1 within the bootstrap's "
+                                               "resampling error: just above 1 it would read equivalent within 3%, "
+                                               "the paper's smallest gain excluded)")
+    assert reason(0.974, 1.0003, *claimed, rival="EAGLE-1") == (
+        "equivalent within 3%, the paper's smallest gain excluded (its upper bound is 1 within the bootstrap's "
+        "resampling error: just below 1 it would read EAGLE-1 ahead)")
+    assert reason(1.0004, 1.04, *claimed) == ("Clover-2 ahead (its lower bound is 1 within the bootstrap's "
+                                              "resampling error: just below 1 it would read inconclusive at this "
+                                              "power)")
+    assert reason(1.0004, 1.02, *claimed).startswith("Clover-2 ahead (its lower bound")
+    assert reason(1.0004, 1.02, *claimed).endswith("it would read equivalent within 3%)")
 
 
 def test_clover2_ahead_says_where_its_interval_lies_against_the_papers_claimed_gains():
@@ -424,3 +429,31 @@ def test_the_machine_replicate_stands_beside_its_original_and_the_seed_spread():
         "weights" in text
     assert "## The machine" in text and "seed-to-seed standard deviations" in text
     assert analyze(DESIGN, runs, reps, DEV)["replicate"].empty  # no replicate planned: nothing
+
+
+def test_each_arms_learning_curve_is_at_one_rate_even_where_its_grid_chose_another_later():
+    """The curve's longer runs train at the rate pinned for them (`curve_lrs`); its points at the main
+    budgets come from the same rate, not from the rate the arm's grid chose later (whose seeds the
+    verdicts read), and the page names the rates."""
+    from clover2.research.verdicts import analyze, page
+
+    design = DesignConfig(arms={"c2": Arm("clover2", lrs=(1e-3, 3e-3), seeds=5), "e1": Arm("eagle1", lrs=(1e-3,),
+                                                                                          seeds=5)},
+                          reference="e1", primary=("c2",), budgets=(300, 600), curve=(1200,),
+                          curve_lrs={"c2": 3e-3}, extend_edge=0, n_boot=200)
+    dev = {("c2", 1e-3): 1.6, ("c2", 3e-3): 1.5, ("e1", 1e-3): 1.5}  # c2 chooses 1e-3, after its curve at 3e-3
+    chosen = replays({"c2": 1.9, "e1": 1.8}, seeds={"c2": 5, "e1": 5})
+    pinned = replays({"c2": 1.6}, seeds={"c2": 3}, budgets=(300, 600, 1200), rng_seed=1).assign(lr=3e-3)
+    pinned = pinned[(pinned.seed == 0) | (pinned.budget == 600)]
+    longer = replays({"e1": 1.85}, seeds={"e1": 1}, budgets=(1200,), rng_seed=2)
+    rep = pd.concat([chosen, pinned.assign(run=pinned.run + "-lr3"), longer.assign(run=longer.run + "-long")])
+    runs = rep.groupby("run").first().reset_index()[["run", "arm", "lr", "seed", "budget", "share"]].assign(
+        dev=1.5, tokens=lambda d: 1000 * d.budget, epochs=1.0)
+    tables = analyze(design, runs, rep, dev)
+    c2 = tables["curve"][tables["curve"].arm == "c2"].set_index("budget")
+    assert set(c2.lr) == {3e-3} and list(c2.index) == [300, 600, 1200]
+    assert c2.tau.max() < 1.75 and c2.loc[600, "seeds"] == 3 and c2.loc[300, "seeds"] == 1  # never the 1.9 seeds
+    assert tables["spread"].set_index(["arm", "budget"]).tau[("c2", 600)] > 1.85  # the verdicts' rate
+    text = page(design, tables, runs.assign(state="done", steps=600.0), machine="cpu", commits="abc")
+    assert "c2 (lr 0.003) " in text.split("- **longer training**")[1]
+    assert "c2 0.003 (its grid now chooses 0.001: the curve was trained first)" in text

@@ -40,13 +40,14 @@ def code_version(*parts: str) -> str:
 
 
 def commit() -> str:
-    """The checkout's commit (`-dirty` with uncommitted changes outside `results/`, which runs write
-    into), or the installed version's."""
+    """The checkout's commit (`-dirty` with uncommitted changes to what runs: outside `results/`, which runs
+    write into, the book's prose and the README), or the installed version's."""
     root = repo_root()
     if root is None:
         return __version__  # setuptools-scm puts the commit into the version of a package built from git
     git = lambda *args: subprocess.run(["git", *args], cwd=root, capture_output=True, text=True).stdout.strip()  # noqa: E731
-    dirty = git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results")
+    dirty = git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results", ":(exclude)book",
+                ":(exclude)README.md")
     return git("rev-parse", "--short", "HEAD") + ("-dirty" if dirty else "")
 
 

@@ -75,7 +75,7 @@ def describe(method: str, env: dict) -> str:
         "no draft tokens" if not tree else "the paper's 25-node tree" if tree == "eagle25" else
         f"a {tree[5:]}-token chain" if tree.startswith("chain") else f"a dynamic tree of {tree.split(':')[1]} nodes")
     named = f"{draft[:-1]}; {shape})" if draft.endswith(")") else f"{draft} ({shape})"
-    return f"{COPIES[copy]}, else {named}" if copy else named
+    return f"{COPIES[copy]} with {named} behind it" if copy else named
 
 
 def short(method: str) -> str:
@@ -136,6 +136,27 @@ def table(results: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+def fitted(greedy: pd.DataFrame, draft: str, copy: str = "") -> tuple[str, pd.Series] | None:
+    """The method (and its row) of a run that decodes with the published `draft` on its fitted tree, behind
+    `copy` (a way of copying from the prompt) or alone; None where the run has none."""
+    found = [m for m in greedy.index if (s := MethodSpec.parse(m)).named == draft and s.tree == "fitted"
+             and s.name.partition("+")[0] == (copy or s.name) and ("+" in s.name) == bool(copy)]
+    return (found[0], greedy.loc[found[0]]) if found else None
+
+
+def first_look(results: Path, drafts: list[str], versus: str) -> dict[str, tuple[str, str]]:
+    """Each draft's seed 0 alone on its fitted tree in the use page's float32 run, in words: its speed over
+    plain decoding, and over `versus`'s draft on the same prompts ("" where the run lacks it). Empty without
+    a run."""
+    run = _read(results / "use" / "float32")
+    if run is None:
+        return {}
+    rows, paired, _ = run
+    rival = fitted(rows, versus)
+    over = {d: _paired(paired, x[0], rival[0]) if rival else None for d in drafts if (x := fitted(rows, d))}
+    return {d: (_speed(fitted(rows, d)[1]), "" if r is None else _ratio(r)) for d, r in over.items()}
+
+
 def _paired(paired: pd.DataFrame, method: str, versus: str) -> pd.Series | None:
     """`method`'s speed over `versus` on the same prompts (greedy), None where the run has no such pair."""
     r = paired[(paired.method == method) & (paired.versus == versus) & (paired.temperature == 0)]
@@ -160,9 +181,7 @@ def box(results: Path, study_tau: pd.Series | None = None, main_budget: int = 60
     exact = rows.identical_frac.min() == 1
 
     def of(draft: str, copy: str = "") -> tuple[str, pd.Series] | None:
-        found = [m for m in greedy.index if (s := MethodSpec.parse(m)).named == draft and s.tree == "fitted"
-                 and s.name.partition("+")[0] == (copy or s.name) and ("+" in s.name) == bool(copy)]
-        return (found[0], greedy.loc[found[0]]) if found else None
+        return fitted(greedy, draft, copy)
 
     alone = [(DRAFTS[d], *x) for d in DRAFTS if (x := of(d))]
     behind = [(DRAFTS[d], *x) for d in DRAFTS if (x := of(d, "suffix"))]

@@ -302,10 +302,12 @@ def chosen_lr(design: DesignConfig, arm: str, dev: dict[tuple[str, float], float
 
 
 def run_lr(design: DesignConfig, arm: str, dev: dict[tuple[str, float], float], *, budget: int,
-           share: float = 1.0) -> float | None:
+           share: float = 1.0, curve: bool = False) -> float | None:
     """The rate whose runs of `arm` at this budget and share of the data the study evaluates: the
-    curve's and the half-data runs' pinned rate (`curve_lrs`) where one is given, else the chosen one."""
-    descriptive = budget in design.curve or share != 1
+    curve's and the half-data runs' pinned rate (`curve_lrs`) where one is given, else the chosen one.
+    `curve`: the learning curve's rate at every budget (its points at the main budgets too, so that one
+    curve is one rate)."""
+    descriptive = curve or budget in design.curve or share != 1
     return (design.curve_lrs.get(arm) if descriptive else None) or chosen_lr(design, arm, dev)
 
 

@@ -397,21 +397,20 @@ def per_task_ratios(per_task: pd.DataFrame, *, paper_targets: pd.DataFrame | Non
     return fig
 
 
-def study_curve(curve: pd.DataFrame, spread: pd.DataFrame, *, arms: list[str], title: str = ""):
+def study_curve(curve: pd.DataFrame, *, arms: list[str], title: str = ""):
     """The designed study's learning curve: seed 0's tau (25-node tree) at every annealed budget against
-    the answer tokens it saw (log scale), and at the budgets with seeds, their mean and standard deviation."""
+    the answer tokens it saw (log scale), and at the budgets with seeds, their mean and standard deviation;
+    each arm at its curve's one rate (`curve.lr`), named in the legend."""
     c = curve[curve.arm.isin(arms) & (curve.share == 1)]
-    s = (spread[spread.arm.isin(arms) & (spread.share == 1) & (spread.tree == "eagle25") & (spread.seeds > 1)]
-         if not spread.empty else pd.DataFrame(columns=["arm", "budget", "tau", "seed_sd", "seeds"]))
-    tokens = c.set_index(["arm", "budget"]).tokens
     fig, ax = plt.subplots(figsize=(COLUMN_IN, 3.2))
     for arm, color in zip(arms, sns.color_palette("tab10")):
         g = c[c.arm == arm].sort_values("tokens")
-        ax.plot(g.tokens, g.tau, "o-", color=color, label=f"{arm}, seed 0")
-        seeded = s[s.arm == arm]
-        x = [tokens.get((arm, b), np.nan) for b in seeded.budget]
-        ax.errorbar(x, seeded.tau, yerr=seeded.seed_sd, fmt="s", mfc="none", color=color, capsize=3,
-                    label=f"{arm}, mean of {int(seeded.seeds.max())} seeds" if len(seeded) else None)
+        if g.empty:
+            continue
+        ax.plot(g.tokens, g.tau, "o-", color=color, label=f"{arm} (lr {g.lr.iloc[0]:.2g}), seed 0")
+        seeded = g[g.seeds > 1]
+        ax.errorbar(seeded.tokens, seeded.seeds_tau, yerr=seeded.seed_sd, fmt="s", mfc="none", color=color,
+                    capsize=3, label=f"{arm}, mean of {int(seeded.seeds.max())} seeds" if len(seeded) else None)
     ax.set_xscale("log")
     ax.xaxis.set_major_locator(LogLocator(subs=(1, 2, 5)))  # 200k, 500k, 1M: few labels, none overlapping
     ax.xaxis.set_major_formatter(EngFormatter(sep=""))

@@ -65,6 +65,13 @@ def write_report(experiment: Experiment) -> dict[str, pd.DataFrame]:
     cpus = machine_text(machine_time(runs, sittings, design.main)) if len(runs) else machine()["cpu_name"]
     commits = f"{runs.commit.nunique()} commits" if len(runs) else "-"
     status = experiment.status()
+    outside = runs[~runs.run.isin(status.run)] if len(runs) else runs  # trained, then left by the plan
+    if len(outside):
+        rates = outside.groupby(["arm", "lr"]).seed.nunique()
+        cpus += (f"; {len(outside)} of these runs are outside the plan as it stands, kept in `runs.csv` and in no "
+                 "comparison (" + ", ".join(f"{arm} at lr {lr:g}, {n} seed{'s' * (n != 1)}"
+                                            for (arm, lr), n in rates.items())
+                 + ": a rate its grid no longer chooses; the learning curve reads those at its own rate)")
     write_csv(results / "status.csv", status)  # the plan's every run and its state: the front page counts it
     downloads = sorted(str(p.relative_to(results)) for p in (*results.glob("*.csv"), *results.glob("speed*/*.csv"),
                                                              *experiment.published().glob("*/draft.*")))
@@ -86,15 +93,14 @@ def write_page(results: Path, design: DesignConfig, tables: dict[str, pd.DataFra
 def draw_figures(design: DesignConfig, tables: dict[str, pd.DataFrame], out: Path) -> dict[str, str]:
     """The page's figures, each drawn from the table it shows (where that table has rows): every comparison
     as a forest plot (`verdicts`), the primary ones per task beside the paper's (`per_task`), the learning
-    curve (`curve`, with `spread`'s seeds). Returns each one's path relative to the page, by table."""
+    curve (`curve`, with its seeds). Returns each one's path relative to the page, by table."""
     excess = paper.ratios().extra_tokens_ratio
     drawn = {
         "verdicts": ("forest.png", lambda: forest(tables["verdicts"], band=claim_band(design), margin=design.margin,
                                                   excess_band=(excess.min(), excess.max()),
                                                   apart=drawn_apart(design))),
         "per_task": ("per-task.png", lambda: per_task_ratios(tables["per_task"], paper_targets=paper.ratios())),
-        "curve": ("curve.png", lambda: study_curve(tables["curve"], tables.get("spread", pd.DataFrame()),
-                                                   arms=[*design.primary, design.reference])),
+        "curve": ("curve.png", lambda: study_curve(tables["curve"], arms=[*design.primary, design.reference])),
     }
     out.mkdir(parents=True, exist_ok=True)
     made = {}

@@ -55,12 +55,12 @@ class Cell:
 Key = tuple[str, int, float, str]  # arm, budget, share, tree
 
 
-def cells(replays: pd.DataFrame, design: DesignConfig, dev: dict) -> dict[Key, Cell]:
+def cells(replays: pd.DataFrame, design: DesignConfig, dev: dict, *, curve: bool = False) -> dict[Key, Cell]:
     """Every (arm, budget, share, tree) the replays hold at the rate the study evaluates there (`run_lr`: the
-    arm's chosen rate, or the curve's pinned one), as a Cell whose prompts are in one order for all (a cell
-    missing a prompt another has is an error: a replay interrupted between prompts). Rows of arms the
-    design does not have (a machine replicate) are left out."""
-    rate = {key: run_lr(design, key[0], dev, budget=int(key[1]), share=float(key[2]))
+    arm's chosen rate, or the curve's pinned one; `curve`: the curve's at every budget), as a Cell whose
+    prompts are in one order for all (a cell missing a prompt another has is an error: a replay interrupted
+    between prompts). Rows of arms the design does not have (a machine replicate) are left out."""
+    rate = {key: run_lr(design, key[0], dev, budget=int(key[1]), share=float(key[2]), curve=curve)
             for key in set(zip(replays.arm, replays.budget, replays.share)) if key[0] in design.arms}
     r = replays[[math.isclose(lr, rate.get(key) or -1)
                  for key, lr in zip(zip(replays.arm, replays.budget, replays.share), replays.lr)]]
@@ -132,18 +132,18 @@ def primary_verdict(lo: float, hi: float, margin: float, smallest_claim: float) 
 def reason(lo: float, hi: float, margin: float, smallest_claim: float, largest_claim: float,
            rival: str = "the rival") -> str:
     """Why the rule gives a primary comparison its verdict, the rival named; where a bound lies within the
-    bootstrap's resampling error of 1 (so that another bootstrap seed could put it on the other side), both
-    readings; for Clover-2 ahead, where the interval lies against the paper's claimed gains (the protocol's
-    rule 1)."""
+    bootstrap's resampling error of 1 (so that another bootstrap seed could put it on the other side), the
+    reading on its other side too; for Clover-2 ahead, where the interval lies against the paper's claimed
+    gains (the protocol's rule 1)."""
     said = primary_verdict(lo, hi, margin, smallest_claim)
     for bound, name in ((lo, "lower"), (hi, "upper")):
         if abs(bound - 1) < RESAMPLING:
             moved = 1 + RESAMPLING if bound < 1 else 1 - RESAMPLING
             other = primary_verdict(*((moved, hi) if name == "lower" else (lo, moved)), margin, smallest_claim)
             if other != said:
-                both = " or ".join(v.split(": ", 1)[-1] for v in (said, other))
-                return f"{both} (its {name} bound is 1 within the bootstrap's resampling error)".replace(
-                    "the rival", rival)
+                return (f"{said.split(': ', 1)[-1]} (its {name} bound is 1 within the bootstrap's resampling "
+                        f"error: just {'above' if moved > 1 else 'below'} 1 it would read "
+                        f"{other.split(': ', 1)[-1]})").replace("the rival", rival)
     said = said.split(": ", 1)[-1]
     if lo > 1:
         claimed = f"the paper's {smallest_claim * 100:g}-{largest_claim:.0%}"
@@ -338,16 +338,19 @@ def analyze(design: DesignConfig, runs: pd.DataFrame, replays: pd.DataFrame, dev
                                     if all((x, design.main, 1.0, "eagle25") in table and
                                            len(table[(x, design.main, 1.0, "eagle25")].seeds) > 1
                                            for x in (a, design.reference))])
-    points = []
-    for (arm, budget, share, tree), c in table.items():
+    points = []  # each arm's curve at one rate, its pinned one (`curve_lrs`) at every budget
+    curve_cells = cells(replays, design, dev, curve=True)
+    seeded = spread(curve_cells).set_index(["arm", "budget", "share", "tree"])
+    for (arm, budget, share, tree), c in curve_cells.items():
         if tree != "eagle25" or 0 not in c.seeds:
             continue
-        at_rate = np.array([math.isclose(lr, run_lr(design, arm, dev, budget=budget, share=share) or -1)
-                            for lr in runs.lr], dtype=bool)
-        row = runs[(runs.arm == arm) & (runs.budget == budget) & (runs.share == share) & (runs.seed == 0) & at_rate]
-        i = c.seeds.index(0)
-        points.append({"arm": arm, "budget": budget, "share": share, "tokens": int(row.tokens.iloc[0]),
-                       "epochs": float(row.epochs.iloc[0]), "tau": c.tokens[i].sum() / c.steps[i].sum()})
+        lr = run_lr(design, arm, dev, budget=budget, share=share, curve=True)
+        row = runs[(runs.arm == arm) & (runs.budget == budget) & (runs.share == share) & (runs.seed == 0)
+                   & np.isclose(runs.lr, lr)]
+        i, s = c.seeds.index(0), seeded.loc[(arm, budget, share, tree)]
+        points.append({"arm": arm, "lr": lr, "budget": budget, "share": share, "tokens": int(row.tokens.iloc[0]),
+                       "epochs": float(row.epochs.iloc[0]), "tau": c.tokens[i].sum() / c.steps[i].sum(),
+                       "seeds": int(s.seeds), "seeds_tau": s.tau, "seed_sd": s.seed_sd})
     tables["curve"] = pd.DataFrame(points).sort_values(["arm", "share", "budget"])
     curve = tables["curve"].set_index(["arm", "share", "budget"]).tau
     tables["data"] = pd.DataFrame([
@@ -522,8 +525,9 @@ def readable(name: str, df: pd.DataFrame) -> pd.DataFrame:
         value = [f"**{r.dev:.3f}**" if r.chosen else f"{r.dev:.3f}" for r in df.itertuples()]
         wide = df.assign(value=value).pivot_table(index="arm", columns="lr", values="value", aggfunc="first")
         return wide.rename(columns="lr {:g}".format).fillna("").reset_index().rename_axis(columns=None)
-    if name == "curve":
-        return _by_arm(df.assign(value=df.tau.map("{:.3f}".format)), ["budget", "share"])
+    if name == "curve":  # one rate an arm, named with it
+        return _by_arm(df.assign(arm=[f"{a} (lr {lr:g})" for a, lr in zip(df.arm, df.lr)],
+                                 value=df.tau.map("{:.3f}".format)), ["budget", "share"])
     if name == "fits":
         return pd.DataFrame({
             "arm": df.arm, "points": df.points,
@@ -666,6 +670,20 @@ def _tokens_seen(curve: pd.DataFrame | None) -> str:
                                                for (b, sh), r in seen.iterrows()) + "."
 
 
+def _curve_rates(design: DesignConfig, tables: dict[str, pd.DataFrame]) -> str:
+    """The learning rate of each headline arm's curve (one a curve), and where it is not the rate the arm's
+    grid chooses now, that one beside it."""
+    c, g = tables.get("curve", pd.DataFrame()), tables.get("grid", pd.DataFrame())
+    if c.empty:
+        return ""
+    chosen = g[g.chosen].set_index("arm").lr if not g.empty else pd.Series(dtype=float)
+    rates = c[c.arm.isin((*design.primary, design.reference))].groupby("arm", sort=False).lr.first()
+    words = [f"{arm} {lr:g}" + (f" (its grid now chooses {chosen[arm]:g}: the curve was trained first)"
+                                if arm in chosen and not math.isclose(lr, chosen[arm]) else "")
+             for arm, lr in rates.items()]
+    return f"Each curve is at one learning rate: {', '.join(words)}." if words else ""
+
+
 def _points(fits: pd.DataFrame | None) -> int:
     """The most annealed points any arm's fit had."""
     return 0 if fits is None or fits.empty else int(fits.points.max())
@@ -740,10 +758,11 @@ def _findings(design: DesignConfig, tables: dict[str, pd.DataFrame]) -> list[str
     c = c[c.arm.isin((*design.primary, design.reference)) & (c.share == 1)] if not c.empty else c
     if not c.empty and c.budget.nunique() > 1:
         first, last = c.budget.min(), c.budget.max()
-        ends = c[c.budget.isin([first, last])].pivot_table(index="arm", columns="budget", values="tau", sort=False)
+        ends = c[c.budget.isin([first, last])].pivot_table(index=["arm", "lr"], columns="budget", values="tau",
+                                                            sort=False)
         lines.append(f"- **longer training**: seed 0's tau on the 25-node tree from {first} to {last} steps, "
-                     + ", ".join(f"{arm} {r[first]:.3f} to {r[last]:.3f}" for arm, r in ends.dropna().iterrows())
-                     + ".")
+                     + ", ".join(f"{arm} (lr {lr:g}) {r[first]:.3f} to {r[last]:.3f}"
+                                 for (arm, lr), r in ends.dropna().iterrows()) + ".")
     return lines
 
 
@@ -776,7 +795,8 @@ def _captions(design: DesignConfig, tables: dict[str, pd.DataFrame]) -> dict[str
                      "targets, and their mean (the number in the per-task table below)."),
         "curve": ("tau against the answer tokens seen, per arm",
                   "Seed 0's tau on the 25-node tree at every annealed budget against the answer tokens it saw (log "
-                  "scale), and at the budgets with several seeds their mean and standard deviation (open squares)."),
+                  "scale), and at the budgets with several seeds their mean and standard deviation (open squares); "
+                  "each arm at one learning rate, in the legend. " + _curve_rates(design, tables)),
     }
 
 
@@ -870,17 +890,18 @@ def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataF
                  + _still_at_edge(design, tables.get("grid"), said=said)),
         "curve": ("The learning curve", f"Seed 0 of {', '.join((*design.primary, design.reference))} at every "
                   "annealed budget, tau on the 25-node tree (the other arms' are in `curve.csv`). "
-                  + _tokens_seen(tables.get("curve"))),
-        "fits": ("tau at the paper's budget", "Seed 0's annealed points fitted by a log-linear law, a power law in "
-                 "tau - 1 and " + ("a saturating power law" if _points(tables.get("fits")) >= 4 else
-                                   f"(from four points; each curve here has {_points(tables.get('fits'))}) a "
-                                   "saturating one") + ", read at the paper's 1.18B answer tokens: a range, not a "
+                  + _curve_rates(design, tables) + " " + _tokens_seen(tables.get("curve"))),
+        "fits": ("tau at the paper's budget", "Seed 0's annealed points (each arm at its curve's rate) fitted by "
+                 "a log-linear law, a power law in tau - 1 and "
+                 + ("a saturating power law" if _points(tables.get("fits")) >= 4 else
+                    f"(from four points; each curve here has {_points(tables.get('fits'))}) a saturating one")
+                 + ", read at the paper's 1.18B answer tokens: a range, not a "
                  "prediction; a form whose reading exceeds the tree's largest tau "
                  f"({_ceiling(tables.get('fits'))}) is left out of the range. The gain per doubling is the power "
                  "law's (EAGLE-3's published data scaling: about +7%). Beside them, seed 0's tau ratio from twice "
                  "the steps and from twice the unique data."),
         "data": ("Data or repetition", "The tau ratio from twice the steps beside the one from twice the unique "
-                 "data, seed 0."),
+                 "data, seed 0, each arm at its curve's rate."),
         "speed_claims": ("The speed claims on this CPU", _cpu_speed_note(tables.get("speed_claims"))),
         "speedups": ("Speed over plain decoding, every draft and baseline", "The geometric mean over the "
                      "evaluation's prompts of plain decoding's time over the method's, averaged in logs over the "
@@ -926,8 +947,8 @@ def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataF
         lines.pop()
     lines += ["", "## How and where it ran", "",
               f"Generated from `results/study/runs.csv` and `replays.csv` by `clover2 study report`. Trained in "
-              f"fp32, code at {commits} (each run's in `runs.csv`), on {machine} (wall clock: `runs.csv`, and each "
-              "stretch of `clover2 study run`, logged in `sittings.csv` since 2026-12-04).", ""]
+              f"fp32, code at {commits} (each run's in `runs.csv`); by CPU (wall clock: `runs.csv`, and each "
+              f"stretch of `clover2 study run`, logged in `sittings.csv` since 2026-12-04): {machine}.", ""]
     if downloads:
         link = lambda path, text=None: f"{{download}}`{text or path.rpartition('/')[2]} <{path}>`"  # noqa: E731
         groups: dict[str, list[str]] = {}
