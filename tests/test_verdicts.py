@@ -457,3 +457,47 @@ def test_each_arms_learning_curve_is_at_one_rate_even_where_its_grid_chose_anoth
     text = page(design, tables, runs.assign(state="done", steps=600.0), machine="cpu", commits="abc")
     assert "c2 (lr 0.003) " in text.split("- **longer training**")[1]
     assert "c2 0.003 (its grid now chooses 0.001: the curve was trained first)" in text
+
+
+def test_the_power_rule_adds_seeds_only_where_the_first_seeds_cannot_find_a_3pc_difference():
+    """Amendment 1: after EAGLE-3's first three seeds, the power of each primary comparison with it to find a
+    3% difference at Holm's strictest step; below 80% its two extra seeds join the plan (and the verdicts wait
+    for them). Read on the first seeds alone, so the seeds it adds do not decide it again."""
+    from dataclasses import replace
+
+    from clover2.research.design import plan
+    from clover2.research.verdicts import detection_power, power_rule, with_power_rule
+
+    design = replace(DESIGN, arms=DESIGN.arms | {"e3": Arm("eagle3", lrs=(1e-3,), seeds=3, more_seeds=2, tier=2)})
+    dev = DEV | {("e3", 1e-3): 1.5}
+    quiet = replays({"c2": 1.8, "e1": 1.8, "m": 1.6, "e3": 1.8}, seeds={"c2": 5, "e1": 5, "m": 3, "e3": 3},
+                    seed_sd=0.004)
+    noisy = pd.concat([quiet[quiet.arm != "e3"],
+                       replays({"e3": 1.8}, seeds={"e3": 3}, seed_sd=0.06, rng_seed=4)])
+    assert power_rule(design, quiet[quiet.arm != "e3"], dev).empty  # not before its first seeds are in
+    assert power_rule(design, quiet[(quiet.arm != "e3") | (quiet.seed < 2)], dev).empty
+    calm, loud = power_rule(design, quiet, dev), power_rule(design, noisy, dev)
+    assert list(calm.comparison) == ["c2 / e3"] and calm.alpha.iloc[0] == pytest.approx(0.05 / 2)  # c2 vs e3, m
+    assert calm.power.iloc[0] > 0.8 > loud.power.iloc[0] and list(calm.seeds_added) == [0]
+    assert list(loud.seeds_added) == [2] and loud.seeds.iloc[0] == "5 vs 3"
+    assert with_power_rule(design, quiet, dev).arms["e3"].seeds == 3
+    ruled = with_power_rule(design, noisy, dev)
+    assert ruled.arms["e3"].seeds == 5 and ruled.arms["c2"] == design.arms["c2"]
+    assert {r.seed for r in plan(ruled, dev, 0.2) if r.arm == "e3"} == {0, 1, 2, 3, 4}
+    assert {r.seed for r in plan(design, dev, 0.2) if r.arm == "e3"} == {0, 1, 2}
+    more = pd.concat([noisy, replays({"e3": 1.8}, seeds={"e3": 5}, seed_sd=0.0, rng_seed=5).query("seed >= 3")])
+    assert power_rule(design, more, dev).power.iloc[0] == loud.power.iloc[0]  # seeds 3 and 4 never re-decide it
+    v = verdicts(ruled, cells(noisy, ruled, dev)).set_index("comparison")
+    assert v.loc["c2 / e3", "verdict"] == "waits for its seeds"  # 3 of the 5 seeds the rule now plans
+    from clover2.research.verdicts import analyze, page
+
+    runs = noisy.groupby("run").first().reset_index()[["run", "arm", "lr", "seed", "budget", "share"]].assign(
+        dev=1.5, tokens=1000, epochs=1.0)
+    status = runs.assign(state="done", steps=600.0)
+    shown = page(ruled, {**analyze(ruled, runs, noisy, dev), "power_rule": loud}, status, machine="cpu",
+                 commits="abc").split("## Seeds added by the power rule")[1].split("##")[0]
+    assert "| c2 / e3 | 5 vs 3 |" in shown and "e3: 2 seeds added." in shown and "two-sided at 0.0250" in shown
+    # the power of a larger gap is higher
+    table = cells(quiet, design, dev)
+    low = detection_power(table, "c2", "e3", budget=600, difference=0.01, alpha=0.025)
+    assert low < detection_power(table, "c2", "e3", budget=600, difference=0.03, alpha=0.025)

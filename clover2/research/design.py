@@ -70,11 +70,15 @@ class Arm:
     # planned, then cut for machine time (book/protocol.md, "Order and cuts"): never run, and named as
     # cut on the results page and the front page, never as undecided
     cut: bool = False
+    # seeds added after the first `seeds` where amendment 1's power rule finds them too few to find a 3%
+    # difference with each primary arm (`clover2.research.verdicts.power_rule`)
+    more_seeds: int = 0
 
     def __post_init__(self):
-        if bool(self.lrs) == bool(self.lr_from) or any(lr <= 0 for lr in self.lrs) or self.seeds < 1 or self.tier < 1:
+        if bool(self.lrs) == bool(self.lr_from) or any(lr <= 0 for lr in self.lrs) or self.seeds < 1 or self.tier < 1 \
+                or self.more_seeds < 0:
             raise Clover2Error(f"design arm {self.variant}: give a grid of positive lrs or lr_from (not both), "
-                               f"seeds >= 1 and tier >= 1: {self}")
+                               f"seeds >= 1, more_seeds >= 0 and tier >= 1: {self}")
 
 
 @dataclass(frozen=True)
@@ -372,8 +376,9 @@ class Experiment:
     a `clover2.research.lab.Lab`): its runs' folders, what is done, and the next thing to do."""
 
     def __init__(self, lab: Lab):
-        self.lab, self.design = lab, DesignConfig.of(lab.profile)
-        if not self.design.arms:
+        self.lab, self.protocol = lab, DesignConfig.of(lab.profile)
+        self._ruled: tuple | None = None  # (the records' stamps, the design the power rule gives them)
+        if not self.protocol.arms:
             raise Clover2Error(f"profile {lab.profile.name!r} has no design section: nothing to run "
                                "(the study's profile is `study`)")
         if lab.profile.train.schedule != "wsd":
@@ -383,6 +388,19 @@ class Experiment:
         self.runs_csv, self.replays_csv = lab.results / "runs.csv", lab.results / "replays.csv"
         self.sittings_csv = lab.results / "sittings.csv"
         self.commit = commit()  # the code this process runs, whatever is checked out while it does
+
+    @property
+    def design(self) -> DesignConfig:
+        """The profile's design with amendment 1's power rule applied to the runs and replays so far: an arm's
+        `more_seeds` join its plan once its first seeds find a 3% difference underpowered."""
+        if not any(s.more_seeds for s in self.protocol.arms.values()) or not self.replays_csv.exists():
+            return self.protocol
+        stamps = tuple((f.stat().st_mtime_ns, f.stat().st_size) for f in (self.runs_csv, self.replays_csv))
+        if self._ruled is None or self._ruled[0] != stamps:
+            from clover2.research.verdicts import with_power_rule  # it reads this module: imported where it runs
+
+            self._ruled = (stamps, with_power_rule(self.protocol, pd.read_csv(self.replays_csv), self.dev()))
+        return self._ruled[1]
 
     @property
     def data_dir(self) -> Path:
@@ -425,7 +443,7 @@ class Experiment:
         r = self.records()
         if r.empty:
             return {}
-        r = r[(r.seed == 0) & (r.budget == self.design.main) & (r.share == 1)]
+        r = r[(r.seed == 0) & (r.budget == self.protocol.main) & (r.share == 1)]  # the rule adds no budget
         return {(a, float(lr)): float(d) for a, lr, d in zip(r.arm, r.lr, r.dev)}
 
     def plan(self) -> list[Run]:

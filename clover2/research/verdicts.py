@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -173,19 +173,25 @@ def secondary_verdict(ratio: float, p_holm: float, alpha: float = 0.05) -> str:
     return "ahead" if ratio > 1 else "behind"
 
 
+def rivals(design: DesignConfig) -> list[str]:
+    """The architectures family's rivals: every arm with a grid of its own beside the primary arms and the
+    reference, not cut."""
+    return [a for a, s in design.arms.items()
+            if not s.lr_from and not s.cut and a not in (*design.primary, design.reference)]
+
+
 def comparisons(design: DesignConfig, table: dict[Key, Cell]) -> list[dict]:
     """The protocol's families: each a list of (name, numerator key, denominator key) whose cells exist;
     the budget family compares a primary ratio at the shorter budget with the main one."""
     main, half = design.main, design.budgets[0]
     ref = design.reference
-    rivals = [a for a, s in design.arms.items()  # every other architecture with a grid of its own
-              if not s.lr_from and not s.cut and a not in (*design.primary, ref)]
+    rival_arms = rivals(design)
     parts = [a for a, s in design.arms.items() if s.lr_from and not s.cut]
     key = lambda arm, budget=main, tree="eagle25": (arm, budget, 1.0, tree)  # noqa: E731
     dynamic = [t for t in design.main_trees]
     families = {
         "primary": [(f"{a} / {ref}", key(a), key(ref)) for a in design.primary],
-        "architectures": [(f"{a} / {r}", key(a), key(r)) for a in design.primary for r in rivals],
+        "architectures": [(f"{a} / {r}", key(a), key(r)) for a in design.primary for r in rival_arms],
         "value gain": [(f"{b} / {a}", key(b), key(a)) for a, b in zip(design.primary, design.primary[1:])],
         "budget": [(f"{a} / {ref}: {main} steps over {half}", (key(a), key(ref)), (key(a, half), key(ref, half)))
                    for a in design.primary] if half != main else [],
@@ -270,6 +276,57 @@ def power(table: dict[Key, Cell], num: str, den: str, *, budget: int, level: flo
     needed = next((s for s in range(2, 101) if half(s) <= target_half_width), None)
     return {"seeds": seeds, "seed_sd_of_difference": math.sqrt(seed_var), "prompt_se": math.sqrt(prompt_var),
             "half_width": half(seeds), "seeds_for_target": needed}
+
+
+RULE_DIFFERENCE, RULE_POWER = 0.03, 0.80  # amendment 1: seeds enough to find a 3% difference 80% of the time
+
+
+def detection_power(table: dict[Key, Cell], num: str, den: str, *, budget: int, difference: float, alpha: float,
+                    tree: str = "eagle25") -> float:
+    """The power of a two-sided test at `alpha` to find a tau ratio of 1 + `difference` between two arms with
+    the seeds they have (normal approximation): the seed variance from each arm's own spread, each over its
+    own seed count, the prompt variance from the per-prompt differences of the seed means (as `power`)."""
+    a, b = table[(num, budget, 1.0, tree)], table[(den, budget, 1.0, tree)]
+    tau_a, tau_b = a.tokens.sum(1) / a.steps.sum(1), b.tokens.sum(1) / b.steps.sum(1)
+    per_prompt = a.tokens.mean(0) / a.steps.mean(0) - b.tokens.mean(0) / b.steps.mean(0)
+    variance = (tau_a.var(ddof=1) / len(tau_a) + tau_b.var(ddof=1) / len(tau_b)
+                + per_prompt.var(ddof=1) / len(per_prompt))
+    return float(norm.cdf(difference / (math.sqrt(variance) / tau_b.mean()) - norm.ppf(1 - alpha / 2)))
+
+
+def power_rule(design: DesignConfig, replays: pd.DataFrame, dev: dict) -> pd.DataFrame:
+    """Amendment 1's rule for each arm with `more_seeds`: once its first `seeds` seeds and every primary arm's
+    seeds are replayed at their chosen rates (main budget, first tree), the power of each primary arm's
+    comparison with it to find a `RULE_DIFFERENCE` at Holm's strictest step of the architectures family;
+    its `more_seeds` are added where any is below `RULE_POWER`. One row per comparison (none before then);
+    read from the first seeds alone, so that the seeds it adds do not decide it again."""
+    rows, m = [], len(design.primary) * len(rivals(design))
+    for arm, spec in design.arms.items():
+        if not spec.more_seeds or spec.cut or replays.empty:
+            continue
+        table = cells(replays[(replays.arm != arm) | (replays.seed < spec.seeds)], design, dev)
+        keys = {a: (a, design.main, 1.0, design.trees[0]) for a in (arm, *design.primary)}
+        if not all(k in table and len(table[k].seeds) >= design.arms[a].seeds for a, k in keys.items()):
+            continue
+        for p in design.primary:
+            rows.append({"arm": arm, "comparison": f"{p} / {arm}",
+                         "seeds": f"{len(table[keys[p]].seeds)} vs {len(table[keys[arm]].seeds)}",
+                         "difference": RULE_DIFFERENCE, "alpha": 0.05 / m,
+                         "power": detection_power(table, p, arm, budget=design.main, difference=RULE_DIFFERENCE,
+                                                  alpha=0.05 / m, tree=design.trees[0])})
+    out = pd.DataFrame(rows)
+    if not out.empty:
+        out["seeds_added"] = out.arm.map(lambda a: design.arms[a].more_seeds
+                                         if (out[out.arm == a].power < RULE_POWER).any() else 0)
+    return out
+
+
+def with_power_rule(design: DesignConfig, replays: pd.DataFrame, dev: dict) -> DesignConfig:
+    """`design` with the seeds `power_rule` adds planned for their arms."""
+    rule = power_rule(design, replays, dev)
+    added = dict(zip(rule.arm, rule.seeds_added)) if not rule.empty else {}
+    return replace(design, arms={a: replace(s, seeds=s.seeds + int(added[a])) if added.get(a) else s
+                                 for a, s in design.arms.items()})
 
 
 def log_linear(tokens, a, b):
@@ -521,6 +578,9 @@ def readable(name: str, df: pd.DataFrame) -> pd.DataFrame:
                           f"±{r.prompt_half_width:.3f})")
         return _by_arm(df.assign(value=[cell(r) for r in df.itertuples()]), ["budget", "share", "tree"],
                        seeds=df.groupby("arm").seeds.max())
+    if name == "power_rule":
+        return pd.DataFrame({"comparison": df.comparison, "seeds": df.seeds,
+                             "power": df.power.map("{:.0%}".format), "seeds added": df.seeds_added})
     if name == "grid":  # one row per arm, one column per rate; the chosen rate's measure in bold
         value = [f"**{r.dev:.3f}**" if r.chosen else f"{r.dev:.3f}" for r in df.itertuples()]
         wide = df.assign(value=value).pivot_table(index="arm", columns="lr", values="value", aggfunc="first")
@@ -682,6 +742,18 @@ def _curve_rates(design: DesignConfig, tables: dict[str, pd.DataFrame]) -> str:
                                 if arm in chosen and not math.isclose(lr, chosen[arm]) else "")
              for arm, lr in rates.items()]
     return f"Each curve is at one learning rate: {', '.join(words)}." if words else ""
+
+
+def _rule_note(design: DesignConfig, rule: pd.DataFrame | None) -> str:
+    """The power rule's table's caption: the rule, and what it decided."""
+    if rule is None or rule.empty:
+        return ""
+    added = rule.groupby("arm").seeds_added.first()
+    return (f"Amendment 1's rule: once an arm's first seeds are replayed, the power of each primary arm's comparison "
+            f"with it to find a {rule.difference.iloc[0]:.0%} difference in tau at Holm's strictest step of the "
+            f"architectures family (two-sided at {rule.alpha.iloc[0]:.4f}), from each arm's own seed spread and the "
+            f"prompts' paired differences; below {RULE_POWER:.0%}, its planned extra seeds are added. "
+            + " ".join(f"{arm}: {'no seeds added' if not n else f'{n} seeds added'}." for arm, n in added.items()))
 
 
 def _points(fits: pd.DataFrame | None) -> int:
@@ -883,6 +955,7 @@ def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataF
                   "the half-width of the primary interval as a share of the ratio, and the seeds per arm that "
                   f"would bring it under {TARGET_HALF_WIDTH:.1%}." + _seeds_added(tables.get("power"), min(
                       design.arms[a].seeds for a in (*design.primary, design.reference)))),
+        "power_rule": ("Seeds added by the power rule", _rule_note(design, tables.get("power_rule"))),
         "grid": ("Learning-rate grids", f"The dev measure (simulated chain length) of seed 0 after {design.main} "
                  "steps, per learning rate; the best rate (in bold) is chosen, and a best rate at the grid's edge "
                  + ("extends the grid x3 until the best is interior, then a half step each side of it for the "
