@@ -43,8 +43,9 @@ def write_report(experiment: Experiment) -> dict[str, pd.DataFrame]:
     runs = experiment.records()
     replays = pd.read_csv(experiment.replays_csv) if experiment.replays_csv.exists() else pd.DataFrame()
     tables = analyze(design, runs, replays, dev)
-    if any(s.more_seeds for s in experiment.protocol.arms.values()) and not replays.empty:
-        tables["power_rule"] = power_rule(experiment.protocol, replays, dev)  # read on the protocol's own seeds
+    rule = power_rule(experiment.protocol, replays, dev) if not replays.empty else pd.DataFrame()
+    if not rule.empty:  # once an arm with extra seeds has its first ones: read on the protocol's own seeds
+        tables["power_rule"] = rule
     for name, df in tables.items():
         write_csv(results / f"{name}.csv", df)
     if design is experiment.design and not replays.empty:  # the readings before amendment 1 stay beside its own
