@@ -152,9 +152,12 @@ def first_look(results: Path, drafts: list[str], versus: str) -> dict[str, tuple
     if run is None:
         return {}
     rows, paired, _ = run
-    rival = fitted(rows, versus)
-    over = {d: _paired(paired, x[0], rival[0]) if rival else None for d in drafts if (x := fitted(rows, d))}
-    return {d: (_speed(fitted(rows, d)[1]), "" if r is None else _ratio(r)) for d, r in over.items()}
+    rival, out = fitted(rows, versus), {}
+    for draft in drafts:
+        if (found := fitted(rows, draft)) is not None:
+            over = _paired(paired, found[0], rival[0]) if rival else None
+            out[draft] = (_speed(found[1]), "" if over is None else _ratio(over))
+    return out
 
 
 def _paired(paired: pd.DataFrame, method: str, versus: str) -> pd.Series | None:
