@@ -170,9 +170,10 @@ def _ratio(r: pd.Series) -> str:
     return f"{r.speed_ratio:.2f}x [{r.speed_ratio_lo:.2f}, {r.speed_ratio_hi:.2f}]"
 
 
-def box(results: Path, study_tau: pd.Series | None = None, main_budget: int = 600) -> str:
+def box(results: Path, study_tau: pd.Series | None = None, main_budget: int = 600, *, brief: bool = False) -> str:
     """The "Should I use Clover-2?" admonition, from `results/use/` (and, for the GPU prediction, the study's
-    tau at the paper's tree and its `main_budget`: `results/study/spread.csv` unless `study_tau` is given)."""
+    tau at the paper's tree and its `main_budget`: `results/study/spread.csv` unless `study_tau` is given).
+    `brief`: its answer alone, the rest on the use page (the front page's)."""
     run = _read(results / "use" / "float32")
     head = ["```{admonition} Should I use Clover-2?", ":class: tip", ""]
     if run is None:
@@ -219,6 +220,9 @@ def box(results: Path, study_tau: pd.Series | None = None, main_budget: int = 60
                      f"of the {len(pairs)} pairings below, not told apart in the rest.")
         lines.append("- **Clover-2 over EAGLE-1**, each on its fitted tree, paired by prompt: "
                      + "; ".join(f"{name} {_ratio(r)}" for name, r in pairs) + " (above 1: Clover-2 faster).")
+    if brief:
+        return "\n".join(head + [lines[0], "", "Each draft alone and behind a cache, Clover-2 against EAGLE-1, "
+                                  "bfloat16 and a GPU's prediction: {doc}`use`.", "```"]) + "\n"
     lines.append(f"- **Exact**: {'every' if exact else 'not every'} output equalled plain decoding's, token for token "
                  f"(float32, the command line's default). On {env['cpu_name']}, {env['torch_threads']} threads, "
                  f"{int(rows.n_prompts.max())} held-out prompts; one training seed per draft (seed 0 of the study's "

@@ -9,7 +9,7 @@ says so, with how far the study is.
 
 The practitioner's box and table come from `clover2.research.advice`, the engine table from `engines`.
 
-    python -m clover2.research.claims results book    # book/verdict.md, advice.md, speeds.md, engine.md
+    python -m clover2.research.claims results book    # book/verdict.md, advice(-brief).md, speeds.md, engine.md
 """
 
 from __future__ import annotations
@@ -60,6 +60,11 @@ class Claim:
     status: str  # one of STATUSES
     page: str  # the page that shows the evidence
     departure: str = ""  # how the draft the claim is about departs from the paper (DEPARTURES), if it does
+
+
+def _brief(arm: str) -> str:
+    """An arm's short name, in a list of numbers (the departure named in a word)."""
+    return advice.BRIEF.get(arm, NAMES.get(arm, arm))
 
 
 def _pct(lo: float, hi: float) -> str:
@@ -136,11 +141,11 @@ def study_claims(results: Path, design: DesignConfig | None = None) -> list[Clai
     measured = [a for a in design.primary if a in speed.index]
     # the paper's claim is about GPUs, which verify its 25-node tree in about one plain step: not testable on
     # a CPU whatever the ratio (the protocol); its CPU form is a claim of its own (amendment 1)
-    here = ("a GPU's claim: there the paper's 25-node tree costs about one plain step to verify; its CPU form is "
-            "below" + ("" if not measured else "; on that tree here, " + " and ".join(
-                f"{_subject(a)} {speed.speed_ratio[a]:.3f}x {bracket(speed.speed_ratio_lo[a], speed.speed_ratio_hi[a])}"
-                for a in measured) + f" as fast as {NAMES.get(ref, ref)} (seed 0's drafts, paired by prompt)"))
-    out.append(Claim(f"Clover-2 decodes faster than {NAMES.get(ref, ref)} on the paper's GPUs",
+    here = ("a GPU's claim (there the paper's 25-node tree costs about one plain step)" + ("" if not measured else
+            "; on that tree here, seed 0 paired by prompt: " + ", ".join(
+                f"{_brief(a)} {speed.speed_ratio[a]:.3f}x {bracket(speed.speed_ratio_lo[a], speed.speed_ratio_hi[a])}"
+                for a in measured) + f" as fast as {NAMES.get(ref, ref)}"))
+    out.append(Claim(f"Clover-2 decodes faster than {NAMES.get(ref, ref)} on GPUs",
                      f"speed {_pct(speed_ratio.min(), speed_ratio.max())}", here, "not testable here", page))
     cpu = _read(study / "speed-cpu" / "claims.csv")  # amendment 1: the claims in their CPU form, once timed
     greedy = speeds.clover2.xs(0, level="temperature")  # the paper's Clover-2 over plain decoding, T = 0
@@ -149,13 +154,11 @@ def study_claims(results: Path, design: DesignConfig | None = None) -> list[Clai
     if cpu.empty:  # not timed yet: the use page's seed-0 run is a first look, not the claim's test
         look = advice.first_look(results, list(design.primary), ref)
         for versus in on_gpus:
-            seen = [f"{_subject(a)} {alone if versus == 'plain decoding' else over}"
+            seen = [f"{_brief(a)} {alone if versus == 'plain decoding' else over}"
                     for a, (alone, over) in look.items() if versus == "plain decoding" or over]
             out.append(Claim(f"Clover-2 decodes faster on this CPU than {NAMES.get(versus, versus)}", on_gpus[versus],
-                             "timed last by amendment 1 (every seed, each draft on the tree measured fastest, the "
-                             "fastest kernels)" + ("; a first look, seed 0 alone on the tree fitted to this CPU"
-                                                   + (", paired by prompt" if versus != "plain decoding" else "")
-                                                   + ": " + " and ".join(seen) if seen else ""),
+                             "timed last (amendment 1: every seed, the fastest tree and kernels)"
+                             + ("; a first look, seed 0 on its fitted tree: " + ", ".join(seen) if seen else ""),
                              "not decided yet", "use" if seen else page))
     for x in cpu.itertuples():
         arm, versus = x.comparison.split(" / ")
@@ -232,9 +235,9 @@ def cpu_claims(results: Path) -> list[Claim]:
             else "not testable here"
         out.append(Claim(f"Clover-2 decodes {theirs.min():.1f}-{theirs.max():.1f}x as fast as plain decoding (T = {t})",
                          f"{theirs.min():.2f}-{theirs.max():.2f}x on GPUs",
-                         f"the `cpu` profile's Clover-2 ({r.tau:.2f} tokens per step) {r.speedup:.2f}x "
-                         f"[{r.speedup_lo:.2f}, {r.speedup_hi:.2f}] at the 25-node tree; verifying its 26 tokens costs "
-                         f"{cost:.1f} plain steps here", status, page))
+                         f"{r.speedup:.2f}x [{r.speedup_lo:.2f}, {r.speedup_hi:.2f}] at the 25-node tree (the `cpu` "
+                         f"profile's Clover-2, tau {r.tau:.2f}); verifying its 26 tokens costs {cost:.1f} plain steps "
+                         "here", status, page))
     return out
 
 
@@ -273,7 +276,7 @@ def _method_words(method: str) -> str:
     name = method.split("@")[0]
     copy, _, arch = name.partition("+")
     if arch:
-        return f"{_method_words(copy).split(',')[0]} with {NAMES.get(arch, arch)} behind it"
+        return f"{_method_words(copy).split(',')[0]} backed by {advice.BRIEF.get(arch, NAMES.get(arch, arch))}"
     return {"pld": "{dfn}`prompt lookup`, which copies from the prompt with no draft,",
             "suffix": "a suffix cache, which copies from earlier text with no draft,",
             "tr": "Token Recycling, which reuses the target's past guesses with no draft,",
@@ -301,17 +304,16 @@ def abstract(results: Path, design: DesignConfig | None = None) -> str:
     data = f", with 1/{paper.PAPER_ANSWER_TOKENS / tokens:,.0f} of its data" if tokens else ""
     prompts = f" and {int(decided[0].prompts)} held-out prompts" if decided else ""
     tested = (
-        "**In short.** In {dfn}`speculative decoding` a small {term}`draft` model guesses the next tokens and the "
+        "**In short.** In {dfn}`speculative decoding` a small {term}`draft` model guesses tokens and the "
         "{term}`target` checks them in one pass, its output unchanged. In the paper, "
         f"{{term}}`Clover-2` accepts {100 * (taus.min() - 1):.0f}-{100 * (taus.max() - 1):.0f}% more "
-        "{term}`tokens per step <tau>` than {term}`EAGLE-1` on 7-8B targets (per task and target; the protocol "
-        f"tests a gain of {100 * design.smallest_claim:g}-{100 * design.largest_claim:g}%). This book trained both"
+        "{term}`tokens per step <tau>` than {term}`EAGLE-1` on 7-8B targets. This book trained both"
         f"{seeds} for SmolLM2-135M-Instruct on 2 CPU cores{data}{prompts}.")
 
     held = []
     for i, arm in enumerate(official + departed):
         r = rows[arm]
-        how = ("as the paper specifies it, Clover-2" if arm not in DEPARTURES else
+        how = ("as published, Clover-2" if arm not in DEPARTURES else
                f"with one departure from the paper, {link_first_uses(DEPARTURES[arm], ('value gain',))},"
                + ("" if held and r is not None else " Clover-2"))
         held.append(f"{how} is still training" if r is None else
@@ -323,30 +325,26 @@ def abstract(results: Path, design: DesignConfig | None = None) -> str:
     greedy = use[(use.task == "overall") & (use.temperature == 0)] if not use.empty else use
     drafts = bench[(bench.task == "overall") & (bench.temperature == 0) & bench.method.str.endswith("@eagle25")] \
         if not bench.empty else bench  # as the claims below read them
+    timed = _read(study / "speed-cpu" / "claims.csv")
     if not drafts.empty and not curve.empty:
         cost = float(np.interp(26, curve.n_tokens, curve.relative))
-        alone = greedy[greedy.method.str.contains(r"^[a-z0-9]+@fitted")] if not greedy.empty else greedy
-        what += (f" On a CPU, where checking the paper's {{term}}`25-node tree` costs {cost:.1f} plain steps, "
-                 f"the `cpu` profile's quickly trained drafts ({_span(drafts.tau)} tokens per step) ran at "
-                 f"{_span(drafts.speedup)}x {{term}}`plain decoding`'s speed on it"
-                 + ("; the paper's GPU speed-ups are not testable here" if cost >= NOT_TESTABLE_COST else "")
-                 + (f". On the small trees fitted to the CPU the published drafts ran at "
-                    f"{_span(alone.speedup)}x alone "
-                    "({doc}`use`)." if not alone.empty else "."))
-    timed = _read(study / "speed-cpu" / "claims.csv")  # amendment 1: the speed claims in their CPU form
-    what += (" The speed claims in their CPU form (every seed, each draft on the tree measured fastest, the fastest "
-             "kernels) are timed once the training ends." if timed.empty else
-             " In their CPU form (every seed, each draft on the tree measured fastest, the fastest kernels), "
-             + "; ".join(f"{NAMES.get(a, a)} decoded {x.ratio:.2f} times as fast as {NAMES.get(b, b)} "
-                         f"{bracket(x.lo, x.hi)}: **{_study_status(x.verdict)}**"
-                         for x in timed.itertuples() for a, b in [x.comparison.split(" / ")]) + ".")
+        what += ((f" The GPU speed-ups are not testable on a CPU, where the {{term}}`25-node tree` costs "
+                  f"{cost:.1f} plain steps to check" if cost >= NOT_TESTABLE_COST else
+                  f" Checking the paper's {{term}}`25-node tree` costs {cost:.1f} plain steps here, and the `cpu` "
+                  f"profile's drafts ran at {_span(drafts.speedup)}x {{term}}`plain decoding`'s speed on it")
+                 + ".")
+    if not timed.empty:  # amendment 1: the speed claims in their CPU form
+        what += (" In their CPU form (every seed, each draft on the tree measured fastest, the fastest kernels), "
+                 + "; ".join(f"{NAMES.get(a, a)} decoded {x.ratio:.2f} times as fast as {NAMES.get(b, b)} "
+                             f"{bracket(x.lo, x.hi)}: **{_study_status(x.verdict)}**"
+                             for x in timed.itertuples() for a, b in [x.comparison.split(" / ")]) + ".")
     if official and all(r is not None and r.verdict != WAITS for r in rows.values()):  # every primary decided
         better = {arm: _study_status(rows[arm].verdict) == "reproduced" for arm in official + departed}
-        what += (f" **For choosing a draft:** at this scale, Clover-2 as published is "
-                 f"{'better than' if better[official[0]] else 'no better than'} {ref}")
+        what += (f" **For choosing a draft:** Clover-2 as published is "
+                 f"{'better than' if better[official[0]] else 'no better than'} {ref} at this scale")
         for arm in (a for a in departed if better[a] != better[official[0]]):  # a departure that changes the answer
-            what += (f", with {DEPARTURES[arm]} {'better' if better[arm] else 'no better'} "
-                     f"({100 * (rows[arm].ratio - 1):+.1f}% tokens per step)")
+            what += (f", with the departure {'better' if better[arm] else 'no better'} "
+                     f"({100 * (rows[arm].ratio - 1):+.1f}%)")
         fastest = greedy if not greedy.empty else bench[(bench.task == "overall") & (bench.temperature == 0)] \
             if not bench.empty else bench
         if not fastest.empty:
@@ -404,7 +402,7 @@ def _merged(texts: list[str]) -> list[str]:
 # terms the front page links to the glossary at their first use (beside those the abstract links itself)
 ADVICE_TERMS = ("prompt lookup", "suffix cache", "fitted tree", "tokens per step", "plain decoding", "seed")  # the box
 FIRST_USE = ("tau", "official recipe", "Medusa-1", "EAGLE-3", "Clover-1", "Holm", "T = 0", "T = 1", "seed", "lossless",
-             "25-node tree")
+             "25-node tree", "plain decoding")
 
 
 def link_first_uses(text: str, terms=FIRST_USE) -> str:
@@ -495,5 +493,7 @@ if __name__ == "__main__":
     write_text(book / "verdict.md", markdown(results))
     main_budget = DesignConfig.of(load_profile("study")).main
     write_text(book / "advice.md", link_first_uses(advice.box(results, main_budget=main_budget), ADVICE_TERMS))
+    write_text(book / "advice-brief.md", link_first_uses(advice.box(results, main_budget=main_budget, brief=True),
+                                                         ADVICE_TERMS))  # the front page's
     write_text(book / "speeds.md", advice.table(results))
     write_text(book / "engine.md", engines(results))
