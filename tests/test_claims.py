@@ -251,3 +251,18 @@ def test_a_study_in_progress_counts_its_planned_runs_as_the_results_page_does(tm
     pd.DataFrame({"run": ["a", "b", "c"], "state": ["done", "at step 100", "done"]}).to_csv(
         results / "study/status.csv", index=False)
     assert parts().startswith("in progress (2 of 3 planned runs finished)")
+
+
+def test_a_part_that_helps_reproduces_the_papers_design_claim(tmp_path):
+    from clover2.research.claims import study_claims
+    from clover2.research.verdicts import PART_HELPS, PART_HURTS
+
+    results = _copy(tmp_path)
+    row = {"family": "parts", "comparison": "official-no-projector / clover2-official", "tree": "eagle25",
+           "budget": 600, "ratio": 0.97, "lo": 0.96, "hi": 0.98, "p": 0.001, "p_holm": 0.004, "seeds": "3 vs 5",
+           "prompts": 131, "verdict": PART_HELPS}
+    claim = ("Clover-2 (official recipe) predicts more tokens per step than Clover-2 (official) without its output "
+             "projector")
+    for verdict, status in ((PART_HELPS, "reproduced"), (PART_HURTS, "not reproduced")):
+        pd.DataFrame([row | {"verdict": verdict}]).to_csv(results / "study/verdicts.csv", index=False)
+        assert {c.claim: c.status for c in study_claims(results)}[claim] == status

@@ -127,7 +127,7 @@ def test_an_evaluation_under_load_is_timed_again_once(monkeypatch):
     methods = [make_method(m, target, DecodeConfig(max_new_tokens=4)) for m in ("ar", "pld")]
     loads = iter([0.3, 0.2])
     monkeypatch.setattr(speed, "other_share", lambda start: next(loads))
-    with pytest.warns(UserWarning, match="timing them again, once"):
+    with pytest.warns(UserWarning, match="timing it again, once"):
         runs, first, load = speed.evaluate(methods, {0: [1, 2, 3], 1: [4, 5]}, {0: "qa", 1: "qa"}, 0.05)
     assert len(runs) == len(first) == 4 and load == {"other_load": 0.2, "timed_again": True,
                                                      "prompts_timed_again": 2, "contended": True}
@@ -140,11 +140,11 @@ def test_an_interrupted_evaluation_resumes_at_the_next_chunk(monkeypatch, tmp_pa
     monkeypatch.setattr(speed, "other_share", lambda start: 0.0)
     real, calls = speed._timed, []
 
-    def timed(methods, chunk, categories):  # the session ends during the second chunk
+    def timed(methods, chunk, categories, rotate_from=0):  # the session ends during the second chunk
         calls.append(list(chunk))
         if len(calls) == 2:
             raise KeyboardInterrupt
-        return real(methods, chunk, categories)
+        return real(methods, chunk, categories, rotate_from)
     monkeypatch.setattr(speed, "_timed", timed)
     prompts, tasks = {0: [1, 2, 3], 1: [4, 5], 2: [6, 7]}, {0: "qa", 1: "qa", 2: "qa"}
     with pytest.raises(KeyboardInterrupt):
@@ -229,3 +229,22 @@ def test_a_descriptive_arm_is_timed_at_seed_0_beside_every_seed_of_the_claims_ar
     experiment.design = replace(design, speed_claims=SpeedConfig(descriptive=("nope",)))
     with pytest.raises(Clover2Error, match="descriptive names arms"):
         speed.timed_drafts(experiment)
+
+
+def test_the_methods_order_rotates_on_across_the_evaluations_chunks(monkeypatch):
+    """Each prompt's methods start one place further round than the last prompt's, across chunks too, so
+    that every method takes every place in the order (an interrupted evaluation resumes the rotation)."""
+    from dataclasses import replace as swap
+
+    target = tiny_target("llama")
+    calls = []
+
+    def logged(m):
+        return swap(m, run=lambda ids, run=m.run, label=m.label: (calls.append(label), run(ids))[1], warm_up=m.run)
+
+    methods = [logged(make_method(m, target, DecodeConfig(max_new_tokens=2))) for m in ("ar", "pld", "suffix")]
+    monkeypatch.setattr(speed, "CHUNK", 2)
+    monkeypatch.setattr(speed, "other_share", lambda start: 0.0)
+    speed.evaluate(methods, {p: [1, 2, 3 + p] for p in range(5)}, dict.fromkeys(range(5), "qa"), 0.05)
+    firsts = [calls[3 * p] for p in range(5)]  # each prompt's first method
+    assert firsts == ["ar", "pld", "suffix", "ar", "pld"]

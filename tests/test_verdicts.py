@@ -501,3 +501,22 @@ def test_the_power_rule_adds_seeds_only_where_the_first_seeds_cannot_find_a_3pc_
     table = cells(quiet, design, dev)
     low = detection_power(table, "c2", "e3", budget=600, difference=0.01, alpha=0.025)
     assert low < detection_power(table, "c2", "e3", budget=600, difference=0.03, alpha=0.025)
+
+
+def test_holm_counts_a_familys_planned_comparisons_and_a_part_that_helps_reads_so():
+    """A family's Holm correction counts every comparison the design plans (one not replayed yet at p = 1),
+    so a verdict never loosens as the others arrive; a part whose removal costs tokens per step "helps"."""
+    from dataclasses import replace
+
+    from clover2.research.verdicts import PART_HELPS
+
+    rep = replays({"c2": 1.9, "e1": 1.8, "m": 1.8, "np": 1.8}, seeds={"c2": 5, "e1": 5, "m": 3, "np": 3})
+    alone = verdicts(DESIGN, cells(rep, DESIGN, DEV)).set_index("comparison")
+    design = replace(DESIGN, arms=DESIGN.arms | {"e3": Arm("eagle3", lrs=(1e-3,), tier=2),
+                                                 "np": Arm("clover2", lr_from="c2", tier=3)})
+    dev = DEV | {("e3", 1e-3): 1.5}
+    planned = verdicts(design, cells(rep, design, dev)).set_index("comparison")  # c2 / e3 planned, not replayed
+    assert "c2 / e3" not in planned.index
+    assert planned.loc["c2 / m", "p_holm"] == pytest.approx(min(1.0, 2 * alone.loc["c2 / m", "p"]))
+    assert alone.loc["c2 / m", "p_holm"] == alone.loc["c2 / m", "p"]  # one planned: no correction
+    assert planned.loc["np / c2", "ratio"] < 1 and planned.loc["np / c2", "verdict"] == PART_HELPS

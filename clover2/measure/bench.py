@@ -98,8 +98,9 @@ def make_method(spec: MethodSpec | str, target: Target, config: DecodeConfig, *,
 
 
 def interleaved(methods: list[Method], prompts: dict[str, list[int]], *, repeats: int = 1,
-                categories: dict[str, str] | None = None) -> pd.DataFrame:
-    """Run every method on every prompt, rotating the order per prompt; one row per run.
+                categories: dict[str, str] | None = None, rotate_from: int = 0) -> pd.DataFrame:
+    """Run every method on every prompt, rotating the order per prompt (the first prompt's order shifted by
+    `rotate_from`: a run in parts continues the rotation); one row per run.
 
     Each method is compared with eager plain decoding (`ar`) at its own temperature (engines too:
     `ar!graphs` reports what graphs alone buy), run on the same prompt moments apart. A warm-up run
@@ -126,7 +127,8 @@ def interleaved(methods: list[Method], prompts: dict[str, list[int]], *, repeats
     rows = []
     jobs = [(r, pid) for r in range(repeats) for pid in prompts]
     for k, (r, pid) in enumerate(tqdm(jobs, desc="prompts", unit="prompt")):
-        order = methods[k % len(methods):] + methods[: k % len(methods)]
+        shift = (k + rotate_from) % len(methods)
+        order = methods[shift:] + methods[:shift]
         runs, start = {}, mark()
         for m in order:
             if torch.cuda.is_available():

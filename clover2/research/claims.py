@@ -30,7 +30,7 @@ from clover2.profiles import load_profile
 from clover2.research import advice, paper
 from clover2.research.design import DesignConfig
 from clover2.research.report import draft_ms_per_step
-from clover2.research.verdicts import WAITS, arm_of, at_edge, bracket, p_text, reason
+from clover2.research.verdicts import PART_HELPS, PART_HURTS, WAITS, arm_of, at_edge, bracket, p_text, reason
 
 STATUSES = ("reproduced", "equivalent within the margin", "not reproduced", "inconclusive", "not testable here",
             "not decided yet", "cut for machine time")
@@ -40,7 +40,7 @@ NAMES = {"clover2-official": "Clover-2 (official recipe)", "clover2": "Clover-2 
          "official-extraction-after": "Clover-2 (official) with the token extracted after the block",
          "official-no-projector": "Clover-2 (official) without its output projector",
          "official-1-layer-block": "Clover-2 (official) with a one-layer augmenting block",
-         "official-hard-labels": "Clover-2 (official) trained on hard labels"}
+         "official-hard-labels": "Clover-2 (official) without distillation (hard labels, no regression)"}
 # the arms that depart from the paper's recipe, and how: the front page names the departure wherever they appear
 DEPARTURES = {"clover2": "this project's value gain"}
 NOT_TESTABLE_COST = 1.5  # a CPU where verifying the paper's 26-token tree costs this many plain steps or more
@@ -79,11 +79,11 @@ def _study_status(verdict: str) -> str:
     """The protocol's verdict (`clover2.research.verdicts`) as one of STATUSES."""
     if verdict == WAITS:
         return "not decided yet"
-    if verdict.startswith("reproduced") or verdict in ("ahead", "faster"):
+    if verdict.startswith("reproduced") or verdict in ("ahead", "faster", PART_HELPS):
         return "reproduced"
     if verdict.startswith("equivalent"):
         return "equivalent within the margin"
-    if verdict.startswith("not reproduced") or verdict in ("behind", "slower"):
+    if verdict.startswith("not reproduced") or verdict in ("behind", "slower", PART_HURTS):
         return "not reproduced"
     return "inconclusive"
 

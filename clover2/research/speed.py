@@ -246,7 +246,8 @@ def choose_trees(target: Target, drafts: dict[str, tuple[str, DraftModel]], reco
         chains = [f"chain{d}" for d in config.chains]
         methods = {tree: draft_method(arch, tree, arm, 0, model, target, decode)
                    for tree in dict.fromkeys([*chains, *predicted, *config.trees])}
-        runs = interleaved([make_method(PLAIN, target, decode), *methods.values()], prompts, categories=categories)
+        runs, _, _ = _timed_alone([make_method(PLAIN, target, decode), *methods.values()], prompts, categories,
+                                  config.contended_share, f"{arm}'s calibration")
         check_identical(runs, f"{arm}'s calibration")
         runs = runs.assign(arm=runs.method, seed=0)  # each candidate an arm of one seed
         table = speed_cells(runs)
@@ -296,14 +297,13 @@ def evaluate(methods: list[Method], prompts: dict[int, list[int]], categories: d
             for name in ("timings.partial.csv", "contended.partial.csv")}
     done = set(kept["timings.partial.csv"].get("prompt", []))
     todo = [p for p in prompts if p not in done]
+    position = {p: i for i, p in enumerate(prompts)}  # the rotation of the methods' order runs on across chunks
     for start in range(0, len(todo), CHUNK):
         chunk = {p: prompts[p] for p in todo[start:start + CHUNK]}
-        runs, load = _timed(methods, chunk, categories)
-        if load > contended_share:  # not NaN (an unknown load): above the threshold
-            warnings.warn(f"other processes took {load:.0%} of the machine during prompts {min(chunk)}-{max(chunk)} "
-                          f"(more than {contended_share:.0%}): timing them again, once", stacklevel=2)
-            kept["contended.partial.csv"] = pd.concat([kept["contended.partial.csv"], runs], ignore_index=True)
-            runs, load = _timed(methods, chunk, categories)
+        runs, load, first = _timed_alone(methods, chunk, categories, contended_share,
+                                         f"prompts {min(chunk)}-{max(chunk)}", rotate_from=position[next(iter(chunk))])
+        if first is not None:
+            kept["contended.partial.csv"] = pd.concat([kept["contended.partial.csv"], first], ignore_index=True)
         kept["timings.partial.csv"] = pd.concat([kept["timings.partial.csv"], runs.assign(chunk_load=load)],
                                                 ignore_index=True)
         if work is not None:
@@ -318,11 +318,26 @@ def evaluate(methods: list[Method], prompts: dict[int, list[int]], categories: d
         "contended": bool((loads > contended_share).any())}
 
 
-def _timed(methods: list[Method], prompts: dict[int, list[int]], categories: dict[int, str]) -> tuple[pd.DataFrame,
-                                                                                                    float]:
+def _timed(methods: list[Method], prompts: dict[int, list[int]], categories: dict[int, str],
+           rotate_from: int = 0) -> tuple[pd.DataFrame, float]:
+    """`interleaved`, and the share of the machine other processes took meanwhile."""
     start = mark()
-    runs = interleaved(methods, prompts, categories=categories)
+    runs = interleaved(methods, prompts, categories=categories, rotate_from=rotate_from)
     return runs, other_share(start)
+
+
+def _timed_alone(methods: list[Method], prompts: dict[int, list[int]], categories: dict[int, str],
+                 contended_share: float, what: str,
+                 rotate_from: int = 0) -> tuple[pd.DataFrame, float, pd.DataFrame | None]:
+    """`_timed`, timed again once where other processes took more than `contended_share` of the machine:
+    the timings, their load, and the first timings where they were taken again (else None)."""
+    runs, load = _timed(methods, prompts, categories, rotate_from)
+    if not load > contended_share:  # NaN (an unknown load) is not above it
+        return runs, load, None
+    warnings.warn(f"other processes took {load:.0%} of the machine during {what} (more than {contended_share:.0%}): "
+                  "timing it again, once", stacklevel=3)
+    again, load = _timed(methods, prompts, categories, rotate_from)
+    return again, load, runs
 
 
 def check_identical(runs: pd.DataFrame, where: str) -> None:

@@ -167,9 +167,16 @@ def p_text(p: float) -> str:
     return f"{p:.3f}" if p >= 0.001 else "< 0.001"
 
 
-def secondary_verdict(ratio: float, p_holm: float, alpha: float = 0.05) -> str:
+PART_HELPS, PART_HURTS = "the part helps", "the part hurts"  # a part's verdict (amendment 1: S5)
+
+
+def secondary_verdict(ratio: float, p_holm: float, alpha: float = 0.05, *, part: bool = False) -> str:
+    """A secondary comparison's verdict by its Holm-adjusted p; for Clover-2's parts (the arm without the part
+    over the official Clover-2) as the protocol words it: behind, so "the part helps"."""
     if p_holm >= alpha:
         return "no difference shown"
+    if part:
+        return PART_HURTS if ratio > 1 else PART_HELPS
     return "ahead" if ratio > 1 else "behind"
 
 
@@ -180,9 +187,10 @@ def rivals(design: DesignConfig) -> list[str]:
             if not s.lr_from and not s.cut and a not in (*design.primary, design.reference)]
 
 
-def comparisons(design: DesignConfig, table: dict[Key, Cell]) -> list[dict]:
-    """The protocol's families: each a list of (name, numerator key, denominator key) whose cells exist;
-    the budget family compares a primary ratio at the shorter budget with the main one."""
+def comparisons(design: DesignConfig, table: dict[Key, Cell], *, planned: bool = False) -> list[dict]:
+    """The protocol's families: each a list of (name, numerator key, denominator key) whose cells exist
+    (`planned`: every one the design plans); the budget family compares a primary ratio at the shorter
+    budget with the main one."""
     main, half = design.main, design.budgets[0]
     ref = design.reference
     rival_arms = rivals(design)
@@ -200,7 +208,7 @@ def comparisons(design: DesignConfig, table: dict[Key, Cell]) -> list[dict]:
     }
     present = lambda k: all(x in table for x in (k if isinstance(k[0], tuple) else (k,)))  # noqa: E731
     return [{"family": f, "comparison": n, "num": a, "den": b} for f, rows in families.items()
-            for n, a, b in rows if present(a) and present(b)]
+            for n, a, b in rows if planned or (present(a) and present(b))]
 
 
 WAITS = "waits for its seeds"  # the verdict of a comparison whose arms have not finished their planned seeds
@@ -235,9 +243,13 @@ def verdicts(design: DesignConfig, table: dict[Key, Cell], *, seed: int = 0) -> 
     out = pd.DataFrame(rows)
     if out.empty:
         return out
-    out["p_holm"] = out.groupby("family").p.transform(lambda p: holm(p.to_numpy()))
+    # Holm over each family's planned comparisons, those not replayed yet counted at p = 1 (exact once all
+    # are in; never looser before): a family's verdicts do not loosen as its comparisons arrive
+    size = pd.Series([c["family"] for c in comparisons(design, table, planned=True)]).value_counts()
+    out["p_holm"] = out.groupby("family").p.transform(
+        lambda p: holm(np.r_[p.to_numpy(), np.ones(max(int(size.get(p.name, 0)) - len(p), 0))])[:len(p)])
     out["verdict"] = [primary_verdict(r.lo, r.hi, design.margin, design.smallest_claim) if r.family == "primary"
-                      else secondary_verdict(r.ratio, r.p_holm) for r in out.itertuples()]
+                      else secondary_verdict(r.ratio, r.p_holm, part=r.family == "parts") for r in out.itertuples()]
     # the rule decides once both arms have every seed the protocol plans (the study's cuts say otherwise)
     out.loc[~out.complete, "verdict"] = WAITS
     return out.drop(columns="complete")
@@ -937,7 +949,9 @@ def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataF
         "verdicts": ("The secondary comparisons", f"The tau ratio at {design.main} steps on the 25-node tree unless "
                      "named, with its interval over seeds and prompts (95%), and the ratio of tau - 1 (the "
                      "paper's extra tokens per step); the bootstrap's two-sided p, Holm-corrected within each "
-                     "family. Every comparison with its raw p and prompt count, the primary two too, is in "
+                     "family over all its planned comparisons (those not replayed yet counted at p = 1, so that a "
+                     "verdict never loosens as they arrive); a part \"helps\" where the arm without it is behind. "
+                     "Every comparison with its raw p and prompt count, the primary two too, is in "
                      "`verdicts.csv`. The first figure above shows every comparison, the primary two included, "
                      f"against the paper's claimed gain of {design.smallest_claim:.0%}-{design.largest_claim:.0%}."),
         "earlier": ("The primary comparisons by the protocol's first rules", "Each arm at the rate the protocol's "
