@@ -520,3 +520,23 @@ def test_holm_counts_a_familys_planned_comparisons_and_a_part_that_helps_reads_s
     assert planned.loc["c2 / m", "p_holm"] == pytest.approx(min(1.0, 2 * alone.loc["c2 / m", "p"]))
     assert alone.loc["c2 / m", "p_holm"] == alone.loc["c2 / m", "p"]  # one planned: no correction
     assert planned.loc["np / c2", "ratio"] < 1 and planned.loc["np / c2", "verdict"] == PART_HELPS
+
+
+def test_the_single_stream_bootstraps_primary_intervals_are_shown_once_beside_the_new_ones():
+    """Amendment 1: every interval computed again with a generator per arm, the earlier ones shown beside them
+    once, from the table committed before the change."""
+    from clover2.research.verdicts import analyze, page
+
+    rep = replays({"c2": 1.9, "e1": 1.8, "m": 1.6}, seeds={"c2": 5, "e1": 5, "m": 3})
+    runs = rep.groupby("run").first().reset_index()[["run", "arm", "lr", "seed", "budget", "share"]].assign(
+        dev=1.5, tokens=1000, epochs=1.0)
+    tables = analyze(DESIGN, runs, rep, DEV)
+    tables["earlier"] = tables["verdicts"][tables["verdicts"].family == "primary"]
+    before = pd.DataFrame({"comparison": ["c2 / e1"], "ratio": [0.987], "lo": [0.974], "hi": [1.0000210164],
+                           "commit": ["abc1234"]})
+    status = runs.assign(state="done", steps=600.0)
+    text = page(DESIGN, {**tables, "earlier_bootstrap": before}, status, machine="cpu", commits="abc")
+    section = text.split("## The primary comparisons by the protocol's first rules")[1].split("##")[0]
+    assert ("one random stream; on the same runs it gave c2 / e1 0.987 [0.974, 1.0000] (`earlier-bootstrap.csv`, "
+            "as committed at abc1234)") in section  # a bound printed to the digit that says its side of 1
+    assert "earlier-bootstrap" not in page(DESIGN, tables, status, machine="cpu", commits="abc")

@@ -51,6 +51,8 @@ def write_report(experiment: Experiment) -> dict[str, pd.DataFrame]:
     if design is experiment.design and not replays.empty:  # the readings before amendment 1 stay beside its own
         before = analyze(design.before_amendment(), runs, replays, dev).get("verdicts", pd.DataFrame())
         tables["earlier"] = before[before.family == "primary"] if len(before) else before
+    if (results / "earlier-bootstrap.csv").exists():  # on the page only: the record committed before amendment 1
+        tables["earlier_bootstrap"] = pd.read_csv(results / "earlier-bootstrap.csv")
     if (experiment.published() / "check.csv").exists():  # on the page only: the CSV is check.csv itself
         tables["published"] = pd.read_csv(experiment.published() / "check.csv")[
             ["arm", "tree", "committed_tau", "published_tau", "difference", "cpu", "date"]]

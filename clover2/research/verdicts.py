@@ -768,6 +768,16 @@ def _rule_note(design: DesignConfig, rule: pd.DataFrame | None) -> str:
             + " ".join(f"{arm}: {'no seeds added' if not n else f'{n} seeds added'}." for arm, n in added.items()))
 
 
+def _single_stream(before: pd.DataFrame | None) -> str:
+    """The primary intervals as the bootstrap before amendment 1 gave them (one random stream for every arm),
+    from the table committed then (`earlier-bootstrap.csv`): shown once beside the new ones (amendment 1)."""
+    if before is None or before.empty:
+        return ""
+    return (" The bootstrap before amendment 1 drew every arm's seeds from one random stream; on the same runs "
+            f"it gave {'; '.join(f'{r.comparison} {r.ratio:.3f} {bracket(r.lo, r.hi)}' for r in before.itertuples())}"
+            f" (`earlier-bootstrap.csv`, as committed at {before.commit.iloc[0]}).")
+
+
 def _points(fits: pd.DataFrame | None) -> int:
     """The most annealed points any arm's fit had."""
     return 0 if fits is None or fits.empty else int(fits.points.max())
@@ -956,7 +966,8 @@ def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataF
                      f"against the paper's claimed gain of {design.smallest_claim:.0%}-{design.largest_claim:.0%}."),
         "earlier": ("The primary comparisons by the protocol's first rules", "Each arm at the rate the protocol's "
                     "first grid chose (extended once, no half steps), as read before amendment 1, with the same "
-                    "bootstrap: the amendment's readings above replace these."),
+                    "bootstrap: the amendment's readings above replace these." + _single_stream(
+                        tables.get("earlier_bootstrap"))),
         "per_task": ("Per task", "Each comparison's tau ratio within each Spec-Bench task's prompts ("
                      + (f"{_per_task_prompts(tables['per_task'])} a task; " if len(tables.get("per_task", ())) else "")
                      + "95% intervals over those prompts and the seeds; descriptive, no verdict), beside the "
