@@ -271,18 +271,22 @@ def spread(table: dict[Key, Cell]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _spreads(table: dict[Key, Cell], num: str, den: str, budget: int, tree: str):
+    """Each arm's per-seed tau, and the variance of the mean of the per-prompt differences of the seed means."""
+    a, b = table[(num, budget, 1.0, tree)], table[(den, budget, 1.0, tree)]
+    per_prompt = a.tokens.mean(0) / a.steps.mean(0) - b.tokens.mean(0) / b.steps.mean(0)
+    return a.tokens.sum(1) / a.steps.sum(1), b.tokens.sum(1) / b.steps.sum(1), per_prompt.var(ddof=1) / len(per_prompt)
+
+
 def power(table: dict[Key, Cell], num: str, den: str, *, budget: int, level: float, target_half_width: float,
           tree: str = "eagle25") -> dict:
     """The half-width (as a share of the ratio) the primary interval should have with these seeds, and
     the seeds per arm that would bring it under `target_half_width`: the seed variance of the difference
     from each arm's own seed spread (never from the difference itself), the prompt variance from the
     per-prompt differences of the seed means."""
-    a, b = table[(num, budget, 1.0, tree)], table[(den, budget, 1.0, tree)]
-    tau_a, tau_b = a.tokens.sum(1) / a.steps.sum(1), b.tokens.sum(1) / b.steps.sum(1)
+    tau_a, tau_b, prompt_var = _spreads(table, num, den, budget, tree)
     seed_var = tau_a.var(ddof=1) + tau_b.var(ddof=1)
-    per_prompt = a.tokens.mean(0) / a.steps.mean(0) - b.tokens.mean(0) / b.steps.mean(0)
-    prompt_var = per_prompt.var(ddof=1) / len(per_prompt)
-    seeds = min(len(a.seeds), len(b.seeds))
+    seeds = min(len(tau_a), len(tau_b))
     z = norm.ppf(1 - (1 - level) / 2)
     half = lambda s: z * math.sqrt(seed_var / s + prompt_var) / tau_b.mean()  # noqa: E731
     needed = next((s for s in range(2, 101) if half(s) <= target_half_width), None)
@@ -298,11 +302,8 @@ def detection_power(table: dict[Key, Cell], num: str, den: str, *, budget: int, 
     """The power of a two-sided test at `alpha` to find a tau ratio of 1 + `difference` between two arms with
     the seeds they have (normal approximation): the seed variance from each arm's own spread, each over its
     own seed count, the prompt variance from the per-prompt differences of the seed means (as `power`)."""
-    a, b = table[(num, budget, 1.0, tree)], table[(den, budget, 1.0, tree)]
-    tau_a, tau_b = a.tokens.sum(1) / a.steps.sum(1), b.tokens.sum(1) / b.steps.sum(1)
-    per_prompt = a.tokens.mean(0) / a.steps.mean(0) - b.tokens.mean(0) / b.steps.mean(0)
-    variance = (tau_a.var(ddof=1) / len(tau_a) + tau_b.var(ddof=1) / len(tau_b)
-                + per_prompt.var(ddof=1) / len(per_prompt))
+    tau_a, tau_b, prompt_var = _spreads(table, num, den, budget, tree)
+    variance = tau_a.var(ddof=1) / len(tau_a) + tau_b.var(ddof=1) / len(tau_b) + prompt_var
     return float(norm.cdf(difference / (math.sqrt(variance) / tau_b.mean()) - norm.ppf(1 - alpha / 2)))
 
 
