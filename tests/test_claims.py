@@ -41,7 +41,7 @@ def test_a_changed_table_changes_the_verdict(tmp_path):
     (results / "study/verdicts.csv").write_text("\n")  # what the report writes before any comparison
     assert _status(results, "Clover-2 (official recipe)") == "not decided yet"
     pd.DataFrame([{"family": "primary", "comparison": "clover2-official / eagle1", "tree": "eagle25", "budget": 600,
-                   "ratio": 0.99, "lo": 0.98, "hi": 1.005, "p": 0.3, "p_holm": 0.3, "seeds": "5 vs 5", "prompts": 131,
+                   "ratio": 0.99, "lo": 0.98, "hi": 1.005, "p": 0.3, "p_adjusted": 0.3, "seeds": "5 vs 5", "prompts": 131,
                    "verdict": "not reproduced: equivalent within 3%, the paper's smallest gain excluded"}]
                  ).to_csv(results / "study/verdicts.csv", index=False)
     assert _status(results, "Clover-2 (official recipe)") == "not reproduced"
@@ -110,7 +110,7 @@ def test_until_the_cpu_form_is_timed_it_is_not_decided_with_the_use_pages_first_
 def test_a_decided_primary_row_gives_the_rules_reason_and_the_grid_caveat(tmp_path):
     results = _copy(tmp_path)
     pd.DataFrame([{"family": "primary", "comparison": "clover2-official / eagle1", "tree": "eagle25", "budget": 600,
-                   "ratio": 0.987, "lo": 0.974, "hi": 0.99974, "p": 0.02, "p_holm": 0.02, "seeds": "5 vs 5",
+                   "ratio": 0.987, "lo": 0.974, "hi": 0.99974, "p": 0.02, "p_adjusted": 0.02, "seeds": "5 vs 5",
                    "prompts": 131, "verdict": "not reproduced: the rival ahead"}]
                  ).to_csv(results / "study/verdicts.csv", index=False)
     claim = next(c for c in claims(results) if c.claim.startswith("Clover-2 (official recipe)"))
@@ -135,9 +135,9 @@ def test_a_p_value_below_the_bootstraps_resolution_prints_as_a_bound_not_as_zero
 
     assert p_text(0.0002) == "< 0.001" and p_text(0.041) == "0.041" and p_text(0.001) == "0.001"
     row = pd.DataFrame({"family": ["S1"], "comparison": ["clover2/medusa1"], "tree": ["eagle25"], "budget": [600],
-                        "ratio": [1.2], "lo": [1.1], "hi": [1.3], "p": [0.0001], "p_holm": [0.0002], "seeds": [3],
+                        "ratio": [1.2], "lo": [1.1], "hi": [1.3], "p": [0.0001], "p_adjusted": [0.0002], "seeds": [3],
                         "prompts": [131], "verdict": ["ahead"]})
-    assert readable("verdicts", row)["Holm p"].iloc[0] == "< 0.001"
+    assert readable("verdicts", row)["adjusted p"].iloc[0] == "< 0.001"
 
 
 def test_the_speed_claims_in_their_cpu_form_reach_the_front_page_once_timed(tmp_path):
@@ -188,7 +188,7 @@ def test_the_front_page_opens_with_the_abstract_then_the_papers_recipe():
 def _primary(results: Path, official: tuple, departed: tuple) -> None:
     """A verdicts table with the two primary comparisons: (ratio, lo, hi, verdict) each."""
     rows = [{"family": "primary", "comparison": f"{arm} / eagle1", "tree": "eagle25", "budget": 600, "ratio": r,
-             "lo": lo, "hi": hi, "p": 0.01, "p_holm": 0.01, "seeds": "5 vs 5", "prompts": 131, "verdict": v}
+             "lo": lo, "hi": hi, "p": 0.01, "p_adjusted": 0.01, "seeds": "5 vs 5", "prompts": 131, "verdict": v}
             for arm, (r, lo, hi, v) in (("clover2-official", official), ("clover2", departed))]
     pd.DataFrame(rows).to_csv(results / "study/verdicts.csv", index=False)
 
@@ -259,7 +259,7 @@ def test_a_part_that_helps_reproduces_the_papers_design_claim(tmp_path):
 
     results = _copy(tmp_path)
     row = {"family": "parts", "comparison": "official-no-projector / clover2-official", "tree": "eagle25",
-           "budget": 600, "ratio": 0.97, "lo": 0.96, "hi": 0.98, "p": 0.001, "p_holm": 0.004, "seeds": "3 vs 5",
+           "budget": 600, "ratio": 0.97, "lo": 0.96, "hi": 0.98, "p": 0.001, "p_adjusted": 0.004, "seeds": "3 vs 5",
            "prompts": 131, "verdict": PART_HELPS}
     claim = ("Clover-2 (official recipe) predicts more tokens per step than Clover-2 (official) without its output "
              "projector")

@@ -33,7 +33,7 @@ def verdicts_csv() -> pd.DataFrame:
             ("budget", "c2 / e1: 600 steps over 300", "eagle25", 1.01, 1.00, 1.03, None, None, None, "ahead"),
             ("tree", "c2 / e1", "dynamic:60:5:10", 1.03, 1.02, 1.05, 1.07, 1.04, 1.10, "ahead")]
     cols = ["family", "comparison", "tree", "ratio", "lo", "hi", "excess_ratio", "excess_lo", "excess_hi", "verdict"]
-    out = pd.DataFrame(rows, columns=cols).assign(budget=600, p=0.001, p_holm=0.002, seeds="2 vs 2", prompts=48)
+    out = pd.DataFrame(rows, columns=cols).assign(budget=600, p=0.001, p_adjusted=0.002, seeds="2 vs 2", prompts=48)
     return out.assign(level=[0.975 if f == "primary" else 0.95 for f in out.family])
 
 

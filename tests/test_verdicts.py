@@ -102,7 +102,7 @@ def test_a_clear_lead_is_reproduced_and_the_rivals_are_corrected_within_their_fa
     assert (primary.family == "primary" and primary.level == 0.95  # one primary: 95%
             and primary.verdict.startswith("reproduced"))
     assert primary.lo < 1.9 / 1.8 < primary.hi and primary.seeds == "5 vs 5" and primary.prompts == 131
-    assert out.loc["c2 / m"].verdict == "ahead" and out.loc["c2 / m"].p_holm >= out.loc["c2 / m"].p
+    assert out.loc["c2 / m"].verdict == "ahead" and out.loc["c2 / m"].p_adjusted >= out.loc["c2 / m"].p
     assert out.loc["c2 / e1: 600 steps over 300"].verdict == "no difference shown"  # the same gap at both budgets
 
 
@@ -517,8 +517,8 @@ def test_holm_counts_a_familys_planned_comparisons_and_a_part_that_helps_reads_s
     dev = DEV | {("e3", 1e-3): 1.5}
     planned = verdicts(design, cells(rep, design, dev)).set_index("comparison")  # c2 / e3 planned, not replayed
     assert "c2 / e3" not in planned.index
-    assert planned.loc["c2 / m", "p_holm"] == pytest.approx(min(1.0, 2 * alone.loc["c2 / m", "p"]))
-    assert alone.loc["c2 / m", "p_holm"] == alone.loc["c2 / m", "p"]  # one planned: no correction
+    assert planned.loc["c2 / m", "p_adjusted"] == pytest.approx(min(1.0, 2 * alone.loc["c2 / m", "p"]))
+    assert alone.loc["c2 / m", "p_adjusted"] == alone.loc["c2 / m", "p"]  # one planned: no correction
     assert planned.loc["np / c2", "ratio"] < 1 and planned.loc["np / c2", "verdict"] == PART_HELPS
 
 
@@ -540,3 +540,19 @@ def test_the_single_stream_bootstraps_primary_intervals_are_shown_once_beside_th
     assert ("one random stream; on the same runs it gave c2 / e1 0.987 [0.974, 1.0000] (`earlier-bootstrap.csv`, "
             "as committed at abc1234)") in section  # a bound printed to the digit that says its side of 1
     assert "earlier-bootstrap" not in page(DESIGN, tables, status, machine="cpu", commits="abc")
+
+
+def test_the_primary_familys_p_is_adjusted_as_its_intervals_are_by_bonferroni():
+    """Two primaries read 97.5% intervals: their adjusted p is Bonferroni's 2p, so that it falls below 5%
+    exactly when the interval leaves out 1 (a Holm p beside a Bonferroni interval could disagree with it)."""
+    from dataclasses import replace
+
+    design = replace(DESIGN, arms=DESIGN.arms | {"c2o": Arm("clover2", lrs=(1e-3,), seeds=5)}, primary=("c2o", "c2"))
+    dev = DEV | {("c2o", 1e-3): 1.5}
+    rep = replays({"c2": 1.9, "c2o": 1.78, "e1": 1.8, "m": 1.6}, seeds={"c2": 5, "c2o": 5, "e1": 5, "m": 3})
+    out = verdicts(design, cells(rep, design, dev))
+    primary = out[out.family == "primary"]
+    assert len(primary) == 2 and (primary.level == 0.975).all()
+    np.testing.assert_allclose(primary.p_adjusted, np.minimum(1.0, 2 * primary.p))
+    for r in primary.itertuples():
+        assert (r.p_adjusted < 0.05) == (not r.lo <= 1 <= r.hi)

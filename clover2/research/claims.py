@@ -175,7 +175,7 @@ def study_claims(results: Path, design: DesignConfig | None = None) -> list[Clai
             text = claim.format(a=_subject(first), b=_subject(second))
             departs = DEPARTURES.get(first if family == "architectures" else second, "")
             out.append(Claim(text, "(the paper's premise)" if family == "architectures" else "(its design)",
-                             f"tau ratio {_ratio(x)}, Holm p {p_text(x.p_holm)}", _study_status(x.verdict), page,
+                             f"tau ratio {_ratio(x)}, Holm p {p_text(x.p_adjusted)}", _study_status(x.verdict), page,
                              departs))
         decided = {c.split(" / ")[1 if family == "architectures" else 0] for c in r.comparison} if len(r) else set()
         planned = [a for a, s in design.arms.items() if not s.cut and a not in decided

@@ -216,7 +216,8 @@ WAITS = "waits for its seeds"  # the verdict of a comparison whose arms have not
 
 def verdicts(design: DesignConfig, table: dict[Key, Cell], *, seed: int = 0) -> pd.DataFrame:
     """Every comparison the finished replays allow, one row each: its family, ratio, interval (97.5% for
-    the primary family's two, Bonferroni; 95% otherwise), p-value, Holm's within its family, verdict
+    the primary family's two, Bonferroni; 95% otherwise), p-value, adjusted as the interval is
+    (Bonferroni in the primary family, Holm's within every other), verdict
     (`WAITS` until both arms have all their planned seeds), and the seeds and prompts behind it."""
     draws = bootstrap(table, design.n_boot, seed)
     point = {k: c.tau() for k, c in table.items()}
@@ -243,13 +244,16 @@ def verdicts(design: DesignConfig, table: dict[Key, Cell], *, seed: int = 0) -> 
     out = pd.DataFrame(rows)
     if out.empty:
         return out
-    # Holm over each family's planned comparisons, those not replayed yet counted at p = 1 (exact once all
-    # are in; never looser before): a family's verdicts do not loosen as its comparisons arrive
+    # The adjusted p: Bonferroni in the primary family, as its intervals are; Holm in every other, over the
+    # family's planned comparisons, those not replayed yet counted at p = 1 (exact once all are in; never
+    # looser before): a family's verdicts do not loosen as its comparisons arrive
     size = pd.Series([c["family"] for c in comparisons(design, table, planned=True)]).value_counts()
-    out["p_holm"] = out.groupby("family").p.transform(
-        lambda p: holm(np.r_[p.to_numpy(), np.ones(max(int(size.get(p.name, 0)) - len(p), 0))])[:len(p)])
+    out["p_adjusted"] = out.groupby("family").p.transform(
+        lambda p: np.minimum(1.0, p * len(design.primary)) if p.name == "primary" else
+        holm(np.r_[p.to_numpy(), np.ones(max(int(size.get(p.name, 0)) - len(p), 0))])[:len(p)])
     out["verdict"] = [primary_verdict(r.lo, r.hi, design.margin, design.smallest_claim) if r.family == "primary"
-                      else secondary_verdict(r.ratio, r.p_holm, part=r.family == "parts") for r in out.itertuples()]
+                      else secondary_verdict(r.ratio, r.p_adjusted, part=r.family == "parts")
+                      for r in out.itertuples()]
     # the rule decides once both arms have every seed the protocol plans (the study's cuts say otherwise)
     out.loc[~out.complete, "verdict"] = WAITS
     return out.drop(columns="complete")
@@ -584,7 +588,7 @@ def readable(name: str, df: pd.DataFrame) -> pd.DataFrame:
             "tau ratio [interval]": [f"{r.ratio:.3f} {bracket(r.lo, r.hi)}" for r in df.itertuples()],
             "tau - 1 ratio": [f"{x:.3f}" if x == x else ""  # none for a ratio of ratios
                               for x in df.get("excess_ratio", pd.Series(np.nan, df.index))],
-            "Holm p": df.p_holm.map(p_text), "seeds": df.seeds, "verdict": df.verdict})
+            "adjusted p": df.p_adjusted.map(p_text), "seeds": df.seeds, "verdict": df.verdict})
         return out.drop(columns=["steps"]) if df.budget.nunique() == 1 else out
     if name == "spread":  # one row per arm, one column per budget, data share and tree
         cell = lambda r: (f"{r.tau:.3f} ({'' if np.isnan(r.seed_sd) else f'{r.seed_sd:.3f}, '}"  # noqa: E731
@@ -959,15 +963,16 @@ def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataF
     names = {
         "verdicts": ("The secondary comparisons", f"The tau ratio at {design.main} steps on the 25-node tree unless "
                      "named, with its interval over seeds and prompts (95%), and the ratio of tau - 1 (the "
-                     "paper's extra tokens per step); the bootstrap's two-sided p, Holm-corrected within each "
+                     "paper's extra tokens per step); the bootstrap's two-sided p, adjusted by Holm within each "
                      "family over all its planned comparisons (those not replayed yet counted at p = 1, so that a "
                      "verdict never loosens as they arrive); a part \"helps\" where the arm without it is behind. "
-                     "Every comparison with its raw p and prompt count, the primary two too, is in "
-                     "`verdicts.csv`. The first figure above shows every comparison, the primary two included, "
+                     "Every comparison with its raw p and prompt count, the primary two too (their intervals 97.5% and "
+                     "their p adjusted by Bonferroni, as their intervals are), is in `verdicts.csv`. The first figure above shows every comparison, the primary two included, "
                      f"against the paper's claimed gain of {design.smallest_claim:.0%}-{design.largest_claim:.0%}."),
         "earlier": ("The primary comparisons by the protocol's first rules", "Each arm at the rate the protocol's "
                     "first grid chose (extended once, no half steps), as read before amendment 1, with the same "
-                    "bootstrap: the amendment's readings above replace these." + _single_stream(
+                    "bootstrap (97.5% intervals; p adjusted by Bonferroni, as they are): the amendment's readings "
+                    "above replace these." + _single_stream(
                         tables.get("earlier_bootstrap"))),
         "per_task": ("Per task", "Each comparison's tau ratio within each Spec-Bench task's prompts ("
                      + (f"{_per_task_prompts(tables['per_task'])} a task; " if len(tables.get("per_task", ())) else "")
