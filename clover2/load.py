@@ -4,7 +4,9 @@ With both cores of a 2-core machine busy elsewhere, a 2-thread GEMM of 2+ rows r
 while a 1-row one was untouched: contention penalises every multi-token forward, that is every
 speculative method, against plain decoding. So the benchmark measures, per prompt, the CPU time
 that *other* processes used (the machine's busy time from /proc/stat minus this process's own),
-as a share of the machine's capacity over that interval, and marks results taken under load.
+as a share of the machine's capacity over that interval, and marks results taken under load. On a
+virtual machine the time the hypervisor gave to other machines (`steal`) counts as other work too:
+this process waited for its CPUs just the same.
 """
 
 from __future__ import annotations
@@ -18,12 +20,12 @@ CONTENDED_SHARE = 0.10
 
 
 def _machine_busy_s() -> tuple[float, int] | None:
-    """CPU seconds every process on the machine has used since boot, and the number of CPUs they
-    are counted over (None where /proc is absent)."""
+    """CPU seconds every process on the machine has used since boot, with the seconds the hypervisor
+    took from its CPUs, and the number of CPUs they are counted over (None where /proc is absent)."""
     try:
         with open("/proc/stat") as f:
             lines = f.read().splitlines()
-        fields = [int(v) for v in lines[0].split()[1:8]]  # user nice system idle iowait irq softirq
+        fields = [int(v) for v in lines[0].split()[1:9]]  # user nice system idle iowait irq softirq steal
         cpus = sum(1 for line in lines if line.startswith("cpu") and line[3:4].isdigit())
     except (OSError, ValueError, IndexError):
         return None

@@ -41,7 +41,8 @@ def test_a_changed_table_changes_the_verdict(tmp_path):
     (results / "study/verdicts.csv").write_text("\n")  # what the report writes before any comparison
     assert _status(results, "Clover-2 (official recipe)") == "not decided yet"
     pd.DataFrame([{"family": "primary", "comparison": "clover2-official / eagle1", "tree": "eagle25", "budget": 600,
-                   "ratio": 0.99, "lo": 0.98, "hi": 1.005, "p": 0.3, "p_adjusted": 0.3, "seeds": "5 vs 5", "prompts": 131,
+                   "ratio": 0.99, "lo": 0.98, "hi": 1.005, "p": 0.3, "p_adjusted": 0.3, "seeds": "5 vs 5",
+                   "prompts": 131,
                    "verdict": "not reproduced: equivalent within 3%, the paper's smallest gain excluded"}]
                  ).to_csv(results / "study/verdicts.csv", index=False)
     assert _status(results, "Clover-2 (official recipe)") == "not reproduced"

@@ -556,3 +556,40 @@ def test_the_primary_familys_p_is_adjusted_as_its_intervals_are_by_bonferroni():
     np.testing.assert_allclose(primary.p_adjusted, np.minimum(1.0, 2 * primary.p))
     for r in primary.itertuples():
         assert (r.p_adjusted < 0.05) == (not r.lo <= 1 <= r.hi)
+
+
+def test_the_speed_claims_note_says_where_and_how_cleanly_they_were_timed():
+    from clover2.research.verdicts import _cpu_speed_note
+
+    claims = pd.DataFrame({"claim": ["C1"]})
+    claims.attrs["env"] = {"cpu_name": "Some CPU", "commit": "abc1234", "kernel_plan": "mkl@1,packed@2+",
+                           "evaluation": {"other_load": 0.012, "prompts_timed_again": 2, "prompts_still_contended": 0},
+                           "speed_claims": {"contended_share": 0.05}, "retrained": ["e1/lr0.001-s1/b600"],
+                           "retrained_tau_difference": 0.004, "near_ties": 1}
+    note = _cpu_speed_note(claims)
+    for said in ("Some CPU", "abc1234", "mkl@1,packed@2+", "1.2%", "2 prompts were timed again for load over 5% "
+                 "(0 still over it)", "1 seeds' drafts", "at most 0.004", "1 outputs parted from plain decoding's "
+                 "at a near tie"):
+        assert said in note
+    claims.attrs["env"] |= {"retrained": [], "near_ties": 0}
+    assert "trained again" not in _cpu_speed_note(claims) and "token for token" in _cpu_speed_note(claims)
+
+
+def test_the_prompts_weighted_alike_beside_the_pooled_verdict():
+    """The pooled ratio (a prompt weighs by its forwards) is the verdict's, interval and all; beside it the
+    geometric mean of the per-prompt tau ratios, seeds averaged in logs, with the rule's reading of it."""
+    from clover2.research.verdicts import weighting
+
+    rep = replays({"c2": 1.9, "e1": 1.8, "m": 1.6}, seeds={"c2": 5, "e1": 5, "m": 3})
+    rep.loc[rep.prompt < 20, "steps"] *= 3  # a few long prompts weigh more in the pooled ratio
+    rep.loc[rep.prompt < 20, "tokens"] *= 3
+    table = cells(rep, DESIGN, DEV)
+    out = weighting(DESIGN, table).set_index("comparison").loc["c2 / e1"]
+    primary = verdicts(DESIGN, table).set_index("comparison").loc["c2 / e1"]
+    assert (out.pooled, out.pooled_lo, out.pooled_hi) == (primary.ratio, primary.lo, primary.hi)
+    logs = {a: np.mean([np.log(c.tokens / c.steps).mean(1)]) for a, c in
+            ((a, table[(a, 600, 1.0, "eagle25")]) for a in ("c2", "e1"))}
+    assert out.prompts_alike == pytest.approx(np.exp(logs["c2"] - logs["e1"]))
+    assert out.prompts_alike_lo < out.prompts_alike < out.prompts_alike_hi and out.level == 0.95
+    assert out.reading == primary_verdict(out.prompts_alike_lo, out.prompts_alike_hi, DESIGN.margin,
+                                          DESIGN.smallest_claim)

@@ -108,7 +108,7 @@ def interleaved(methods: list[Method], prompts: dict[str, list[int]], *, repeats
     leaves nothing in what drafters remember across prompts (`Method.warm_up`), so that the first
     prompt's timed run does not find its own answer there. `identical` says whether a greedy
     method's output equals its reference's (`Method.reference`: plain greedy decoding, or an engine's
-    own); `other_load` is the share of the machine's CPUs
+    own), and `difference` where it parts from it (`parting`); `other_load` is the share of the machine's CPUs
     other processes used during that prompt; `draft_weights` is the draft's precision; hybrids and
     unions add `accepted_<source>`, the accepted draft tokens each source proposed.
     """
@@ -152,8 +152,19 @@ def interleaved(methods: list[Method], prompts: dict[str, list[int]], *, repeats
                          "steps": run.steps, "step_tokens": run.step_tokens,
                          "draft_share": run.draft_s / run.seconds, "peak_mem_mb": peak, "other_load": load,
                          "identical": float(run.output_ids == same.output_ids) if m.temperature == 0 else float("nan"),
+                         "difference": parting(same.output_ids, run.output_ids) if m.temperature == 0 else "",
                          **{f"accepted_{source}": k for source, k in (run.accepted or {}).items()}})
     return pd.DataFrame(rows)
+
+
+def parting(reference: Sequence[int], output: Sequence[int]) -> str:
+    """Where `output` first differs from `reference`: `POSITION:REFERENCE_TOKEN:TOKEN` (-1 for a token past an
+    output's end), or "" where they are the same."""
+    if list(reference) == list(output):
+        return ""
+    i = next((i for i, (a, b) in enumerate(zip(reference, output)) if a != b), min(len(reference), len(output)))
+    at = lambda ids: ids[i] if i < len(ids) else -1  # noqa: E731
+    return f"{i}:{at(reference)}:{at(output)}"
 
 
 def geometric_mean(ratios: np.ndarray, picks: np.ndarray) -> tuple[float, float, float]:

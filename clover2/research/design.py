@@ -478,9 +478,10 @@ class Experiment:
             self.speed()
             return True
         if self.design.speed_claims is not None and not (self.speed_claims_dir / "claims.csv").exists():
-            from clover2.research.speed import measure  # it reads this module's plan: imported where it runs
+            from clover2.research.speed import measure, retrain_next  # they read this module's plan: imported here
 
-            measure(self)  # the speed claims last: they need the machine alone and every seed's draft
+            if not retrain_next(self):  # first the drafts this machine's cache lacks, one a step (training)
+                measure(self)  # then the speed claims: they need the machine alone and every seed's draft
             return True
         return False
 

@@ -259,6 +259,39 @@ def verdicts(design: DesignConfig, table: dict[Key, Cell], *, seed: int = 0) -> 
     return out.drop(columns="complete")
 
 
+def prompts_alike(table: dict[Key, Cell]) -> dict[Key, Cell]:
+    """Each cell with every prompt weighted alike: its log tau per seed and prompt stands as the `tokens` over
+    `steps` of one each, so that `bootstrap`, which resamples ratios of sums, resamples their means, and a ratio
+    of two cells' exp(tau) is the geometric mean of the per-prompt tau ratios (the seeds averaged in logs)."""
+    return {k: Cell(c.arm, c.seeds, np.log(c.tokens / c.steps), np.ones_like(c.steps)) for k, c in table.items()}
+
+
+def weighting(design: DesignConfig, table: dict[Key, Cell], *, seed: int = 0) -> pd.DataFrame:
+    """The primary comparisons read with each prompt weighted alike beside the protocol's pooled tau (tokens over
+    forwards summed over the prompts, which weights a prompt by its forwards): descriptive, the verdict stays the
+    pooled one's. One row per comparison at the main budget on the first tree, both ratios with their intervals
+    at the primary family's level, from the same two-level bootstrap, and the primary rule's reading of the
+    second (what the verdict would say with the prompts weighted alike)."""
+    level = 1 - 0.05 / len(design.primary)
+    keys = [((a, design.main, 1.0, design.trees[0]), (design.reference, design.main, 1.0, design.trees[0]))
+            for a in design.primary]
+    keys = [(a, b) for a, b in keys if a in table and b in table]
+    if not keys:
+        return pd.DataFrame()
+    used = {k: table[k] for pair in keys for k in pair}
+    pooled, alike = bootstrap(used, design.n_boot, seed), prompts_alike(used)
+    logs = bootstrap(alike, design.n_boot, seed)
+    rows = []
+    for a, b in keys:
+        p = compare(used[a].tau() / used[b].tau(), pooled[a] / pooled[b], level)
+        e = compare(math.exp(alike[a].tau() - alike[b].tau()), np.exp(logs[a] - logs[b]), level)
+        rows.append({"comparison": f"{a[0]} / {b[0]}", "pooled": p["ratio"], "pooled_lo": p["lo"], "pooled_hi": p["hi"],
+                     "prompts_alike": e["ratio"], "prompts_alike_lo": e["lo"], "prompts_alike_hi": e["hi"],
+                     "level": level,
+                     "reading": primary_verdict(e["lo"], e["hi"], design.margin, design.smallest_claim)})
+    return pd.DataFrame(rows)
+
+
 def spread(table: dict[Key, Cell]) -> pd.DataFrame:
     """Per cell: its seeds' mean tau, their standard deviation (seed to seed), and the mean half-width of
     one seed's 95% interval over prompts (prompt to prompt, from each seed's per-prompt ratio variance)."""
@@ -437,6 +470,7 @@ def analyze(design: DesignConfig, runs: pd.DataFrame, replays: pd.DataFrame, dev
     tables["fits"] = curve_fits(full[full.arm.isin([*design.primary, design.reference])], at=PAPER_ANSWER_TOKENS,
                                 ceiling=int(parse_tree(design.trees[0]).depth.max()) + 1)
     tables["per_task"] = per_task(design, replays, dev)
+    tables["weighting"] = weighting(design, table)
     tables["replicate"] = machine_replicate(design, runs, replays, tables["spread"])
     return tables
 
@@ -595,6 +629,14 @@ def readable(name: str, df: pd.DataFrame) -> pd.DataFrame:
                           f"±{r.prompt_half_width:.3f})")
         return _by_arm(df.assign(value=[cell(r) for r in df.itertuples()]), ["budget", "share", "tree"],
                        seeds=df.groupby("arm").seeds.max())
+    if name == "weighting":
+        return pd.DataFrame({"comparison": df.comparison,
+                             "pooled (the verdict's)": [f"{r.pooled:.3f} {bracket(r.pooled_lo, r.pooled_hi)}"
+                                                        for r in df.itertuples()],
+                             "each prompt alike": [f"{r.prompts_alike:.3f} "
+                                                   f"{bracket(r.prompts_alike_lo, r.prompts_alike_hi)}"
+                                                   for r in df.itertuples()],
+                             "the rule's reading of each prompt alike": df.reading})
     if name == "power_rule":
         return pd.DataFrame({"comparison": df.comparison, "seeds": df.seeds,
                              "power": df.power.map("{:.0%}".format), "seeds added": df.seeds_added})
@@ -686,9 +728,18 @@ def _ceiling(fits: pd.DataFrame | None) -> str:
 def _cpu_speed_note(claims: pd.DataFrame | None) -> str:
     """The speed claims' note: the statistic, the rule and where they were timed."""
     env = getattr(claims, "attrs", {}).get("env", {}) if claims is not None else {}
+    load, retrained = env.get("evaluation", {}), env.get("retrained", [])
     where = (f" Timed on {env.get('cpu_name', '?')}, code at {env.get('commit', '?')}, the target's kernels "
-             f"measured fastest there; other processes took {env.get('evaluation', {}).get('other_load', 0):.1%} "
-             "of the machine.") if env else ""
+             f"measured fastest there when the stage began ({env.get('kernel_plan', '?')}); other processes took "
+             f"{load.get('other_load', 0):.1%} of the machine; {load.get('prompts_timed_again', 0)} prompts were "
+             f"timed again for load over {env.get('speed_claims', {}).get('contended_share', 0.05):.0%} "
+             f"({load.get('prompts_still_contended', 0)} still over it). "
+             + (f"{len(retrained)} seeds' drafts, not in this machine's cache, were trained again first; their tau "
+                f"differs from the committed one by at most {env.get('retrained_tau_difference', 0):.3f} "
+                "(`retrained.csv`). " if retrained else "")
+             + (f"{env['near_ties']} outputs parted from plain decoding's at a near tie, where the kernels' "
+                "rounding decides (`near-ties.csv`); every other output is plain decoding's, token for token."
+                if env.get("near_ties") else "Every output is plain decoding's, token for token.")) if env else ""
     return ("Amendment 1's claims in their CPU form: each Clover-2 faster than plain decoding (C1) and than EAGLE-1 "
             "(C2), every seed of each draft on the tree measured fastest for it here, interleaved with plain "
             "decoding prompt by prompt; the ratio is the geometric mean of paired per-prompt speed ratios, "
@@ -966,14 +1017,20 @@ def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataF
                      "paper's extra tokens per step); the bootstrap's two-sided p, adjusted by Holm within each "
                      "family over all its planned comparisons (those not replayed yet counted at p = 1, so that a "
                      "verdict never loosens as they arrive); a part \"helps\" where the arm without it is behind. "
-                     "Every comparison with its raw p and prompt count, the primary two too (their intervals 97.5% and "
-                     "their p adjusted by Bonferroni, as their intervals are), is in `verdicts.csv`. The first figure above shows every comparison, the primary two included, "
+                     "Every comparison with its raw p and prompt count, the primary two too (their intervals 97.5% "
+                     "and their p adjusted by Bonferroni, as their intervals are), is in `verdicts.csv`. The first "
+                     "figure above shows every comparison, the primary two included, "
                      f"against the paper's claimed gain of {design.smallest_claim:.0%}-{design.largest_claim:.0%}."),
         "earlier": ("The primary comparisons by the protocol's first rules", "Each arm at the rate the protocol's "
                     "first grid chose (extended once, no half steps), as read before amendment 1, with the same "
                     "bootstrap (97.5% intervals; p adjusted by Bonferroni, as they are): the amendment's readings "
                     "above replace these." + _single_stream(
                         tables.get("earlier_bootstrap"))),
+        "weighting": ("How the prompts are weighted", "The protocol's tau pools tokens and forwards over the "
+                      "prompts, so a prompt weighs by its forwards (the convention of vLLM's and SGLang's acceptance "
+                      "length); beside it, every prompt weighted alike (the geometric mean of the per-prompt tau "
+                      "ratios, the seeds averaged in logs), from the same bootstrap at the primary family's 97.5%. "
+                      "Descriptive, added after P1 was read: the verdicts are the pooled ratio's."),
         "per_task": ("Per task", "Each comparison's tau ratio within each Spec-Bench task's prompts ("
                      + (f"{_per_task_prompts(tables['per_task'])} a task; " if len(tables.get("per_task", ())) else "")
                      + "95% intervals over those prompts and the seeds; descriptive, no verdict), beside the "
