@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
@@ -92,6 +93,14 @@ def test_the_speed_of_the_pair_on_a_cpu_is_shown_but_not_judged(tmp_path):
     assert claim.status == "not testable here" and claim.here.startswith("a GPU's claim")
     assert claim.here.endswith("on that tree here, seed 0 paired by prompt: Clover-2 (paper's recipe) 1.200x "
                                "[1.100, 1.300], Clover-2 (value gain) 1.500x [1.400, 1.600] as fast as EAGLE-1")
+    assert "costs about one plain step to check, here " in claim.here  # the cpu profile's cost curve
+    # a run whose drafts the study has since replaced (a rate its grid no longer chooses): none of it stands
+    (results / "study/drafts/clover2").mkdir(parents=True)
+    (results / "study/drafts/clover2/draft.json").write_text(json.dumps({"weights_sha256": "new"}))
+    (results / "study/speed/env.json").write_text(json.dumps(
+        {"drafts": {"clover2": {"folder": "clover2", "weights_sha256": "old"}}}))
+    claim = next(c for c in claims(results) if c.claim == gpu)
+    assert claim.status == "not testable here" and "on that tree here" not in claim.here
 
 
 def test_until_the_cpu_form_is_timed_it_is_not_decided_with_the_use_pages_first_look(tmp_path):
@@ -119,12 +128,14 @@ def test_a_decided_primary_row_gives_the_rules_reason_and_the_grid_caveat(tmp_pa
     assert claim.status == "not reproduced" and "0.987 [0.974, 0.9997]" in claim.here
     # a bound at 1 within the bootstrap's resampling error: the fixed seed's reading, then the other side's
     assert claim.here.endswith(": EAGLE-1 ahead (its upper bound is 1 within the bootstrap's resampling error: just "
-                               "above 1 it would read equivalent within 3%, the paper's smallest gain excluded)")
+                               "above 1 it would read equivalent within 3%, the paper's smallest gain excluded)"
+                               "; 0.966 at 300 steps")  # and which way it moves with training (spread.csv)
     pd.DataFrame({"arm": ["clover2-official"] * 4 + ["eagle1"] * 3, "lr": [3e-4, 1e-3, 3e-3, 9e-3, 3e-4, 1e-3, 3e-3],
                   "dev": [1.28, 1.39, 1.46, 1.51, 1.34, 1.38, 1.35],
                   "chosen": [False, False, False, True, False, True, False]}).to_csv(results / "study/grid.csv")
     claim = next(c for c in claims(results) if c.claim.startswith("Clover-2 (official recipe)"))
-    assert claim.here.endswith("smallest gain excluded); its learning rate is at the edge of its tuning grid")
+    assert claim.here.endswith("smallest gain excluded); its learning rate is at the edge of its tuning grid"
+                               "; 0.966 at 300 steps")
     verdicts = pd.read_csv(results / "study/verdicts.csv").assign(hi=0.995)  # clear of 1: one reading
     verdicts.to_csv(results / "study/verdicts.csv", index=False)
     claim = next(c for c in claims(results) if c.claim.startswith("Clover-2 (official recipe)"))

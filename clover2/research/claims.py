@@ -15,6 +15,7 @@ The practitioner's box and table come from `clover2.research.advice`, the engine
 from __future__ import annotations
 
 import json
+import math
 import re
 import sys
 from dataclasses import dataclass
@@ -30,7 +31,17 @@ from clover2.profiles import load_profile
 from clover2.research import advice, paper
 from clover2.research.design import DesignConfig
 from clover2.research.report import draft_ms_per_step
-from clover2.research.verdicts import PART_HELPS, PART_HURTS, WAITS, arm_of, at_edge, bracket, p_text, reason
+from clover2.research.verdicts import (
+    PART_HELPS,
+    PART_HURTS,
+    WAITS,
+    arm_of,
+    at_edge,
+    bracket,
+    p_text,
+    reason,
+    superseded,
+)
 
 STATUSES = ("reproduced", "equivalent within the margin", "not reproduced", "inconclusive", "not testable here",
             "not decided yet", "cut for machine time")
@@ -124,24 +135,30 @@ def study_claims(results: Path, design: DesignConfig | None = None) -> list[Clai
     for arm in design.primary:
         r = rows("primary", f"{arm} / {ref}")
         here, status = (progress, "not decided yet") if r.empty else (
-            f"tau ratio {_ratio(r.iloc[0])}, 25-node tree", _study_status(r.iloc[0].verdict))
+            f"tau ratio {_ratio(r.iloc[0])}, {design.main} steps, 25-node tree", _study_status(r.iloc[0].verdict))
         if status != "not decided yet":  # the rule's reason, and the one caveat the protocol leaves open
             x = r.iloc[0]
             here += ": " + reason(x.lo, x.hi, design.margin, design.smallest_claim, design.largest_claim,
                                   NAMES.get(ref, ref)) + (
                 "; its learning rate is at the edge of its tuning grid" if arm in edge else "")
+            here += _with_training(study, design, arm, x)
         out.append(Claim(f"{_subject(arm)} predicts more tokens per step than {NAMES.get(ref, ref)}",
                          f"tau {_pct(taus.tau_ratio.min(), taus.tau_ratio.max())} (the protocol tests "
                          f"+{100 * design.smallest_claim:g} to +{100 * design.largest_claim:g}%)", here, status, page,
                          DEPARTURES.get(arm, "")))
     speed = _read(study / "speed" / "paired.csv")
+    env = study / "speed" / "env.json"
+    if env.exists() and superseded(json.loads(env.read_text()), study / "drafts"):
+        speed = pd.DataFrame()  # timed on drafts the study no longer publishes: none of its numbers stand
     if not speed.empty:
         speed = speed[(speed.versus.map(arm_of) == ref) & (speed.temperature == 0)].assign(
             arm=lambda d: d.method.map(arm_of)).set_index("arm")
     measured = [a for a in design.primary if a in speed.index]
     # the paper's claim is about GPUs, which verify its 25-node tree in about one plain step: not testable on
     # a CPU whatever the ratio (the protocol); its CPU form is a claim of its own (amendment 1)
-    here = ("a GPU's claim (there the paper's 25-node tree costs about one plain step)" + ("" if not measured else
+    cost = tree_cost(results)
+    here = ("a GPU's claim (there the paper's 25-node tree costs about one plain step to check"
+            + (f", here {cost:.1f}" if cost is not None else "") + ")" + ("" if not measured else
             "; on that tree here, seed 0 paired by prompt: " + ", ".join(
                 f"{_brief(a)} {speed.speed_ratio[a]:.3f}x {bracket(speed.speed_ratio_lo[a], speed.speed_ratio_hi[a])}"
                 for a in measured) + f" as fast as {NAMES.get(ref, ref)}"))
@@ -200,11 +217,40 @@ def _names(arms: list[str]) -> str:
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
+def _with_training(study: Path, design: DesignConfig, arm: str, row) -> str:
+    """A primary ratio beside its budget: the paper's tau - 1 ratio, and the ratio at the half budget (every seed)
+    and at the curve's longest (seed 0, where both arms' curves run at their chosen rates): the verdict is read at
+    one small budget, and a reader asks which way it moves."""
+    out = f"; tau - 1 ratio {row.excess_ratio:.3f}" if "excess_ratio" in row.index and row.excess_ratio == \
+        row.excess_ratio else ""
+    spread, curve, grid = (_read(study / f) for f in ("spread.csv", "curve.csv", "grid.csv"))
+    moves = []
+    if not spread.empty:
+        s = spread[(spread.budget == design.budgets[0]) & (spread.share == 1) & (spread.tree == "eagle25")] \
+            .set_index("arm").tau
+        if {arm, design.reference} <= set(s.index):
+            moves.append(f"{s[arm] / s[design.reference]:.3f} at {design.budgets[0]} steps")
+    if not curve.empty and not grid.empty and design.curve:
+        chosen = grid[grid.chosen].set_index("arm").lr
+        c = curve[(curve.budget == max(design.curve)) & (curve.share == 1)].set_index("arm")
+        if {arm, design.reference} <= set(c.index) and all(
+                math.isclose(c.lr[a], chosen.get(a, -1)) for a in (arm, design.reference)):
+            moves.append(f"{c.tau[arm] / c.tau[design.reference]:.3f} at {max(design.curve):,} (seed 0)")
+    return out + (f"; {', '.join(moves)}" if moves else "")
+
+
+def tree_cost(results: Path) -> float | None:
+    """What verifying the paper's 25-node tree (26 tokens) costs in plain decoding steps on the `cpu` profile's
+    machine (its benchmark's cost curve), or None before it ran."""
+    curve = _read(results / "cpu" / "bench" / "cost_curve.csv")
+    return float(np.interp(26, curve.n_tokens, curve.relative)) if not curve.empty else None
+
+
 def cpu_claims(results: Path) -> list[Claim]:
     """The claims the `cpu` profile's benchmark decides on its machine: exactness, the draft's cost,
     and the speedup over plain decoding."""
     bench_dir = results / "cpu" / "bench"
-    bench, runs, curve = (_read(bench_dir / f) for f in ("bench.csv", "runs.csv", "cost_curve.csv"))
+    bench, runs = (_read(bench_dir / f) for f in ("bench.csv", "runs.csv"))
     page = "../results/cpu/notebooks/04_speedup"
     out = []
     decoded = runs[(runs.method != "ar") & (runs.temperature == 0)]  # at T > 0 outputs differ by design
@@ -222,7 +268,7 @@ def cpu_claims(results: Path) -> list[Claim]:
                      f"{c.median():.1f} against {e.median():.1f} ms a step at the 25-node tree, ratio {ratio:.2f} "
                      f"[{lo:.2f}, {hi:.2f}]", "reproduced" if hi < 1 else "not reproduced" if lo > 1
                      else "inconclusive", page))
-    cost = float(np.interp(26, curve.n_tokens, curve.relative))
+    cost = tree_cost(results)
     throughput = paper.throughput()
     for t in (0, 1):
         row = bench[(bench.method == "clover2@eagle25") & (bench.task == "overall") & (bench.temperature == t)]
@@ -291,7 +337,7 @@ def abstract(results: Path, design: DesignConfig | None = None) -> str:
     ref = NAMES.get(design.reference, design.reference)
     study, bench_dir = results / "study", results / "cpu" / "bench"
     runs, verdicts = _read(study / "runs.csv"), _read(study / "verdicts.csv")
-    bench, curve = _read(bench_dir / "bench.csv"), _read(bench_dir / "cost_curve.csv")
+    bench, cost = _read(bench_dir / "bench.csv"), tree_cost(results)
     main = runs[(runs.budget == design.main) & (runs.share == 1)] if not runs.empty else runs
     tokens = int(main.tokens.iloc[0]) if not main.empty else 0
     taus = paper.clover2_over_eagle1(paper.tau().assign(source=lambda d: d.target)).tau_ratio
@@ -326,8 +372,7 @@ def abstract(results: Path, design: DesignConfig | None = None) -> str:
     drafts = bench[(bench.task == "overall") & (bench.temperature == 0) & bench.method.str.endswith("@eagle25")] \
         if not bench.empty else bench  # as the claims below read them
     timed = _read(study / "speed-cpu" / "claims.csv")
-    if not drafts.empty and not curve.empty:
-        cost = float(np.interp(26, curve.n_tokens, curve.relative))
+    if not drafts.empty and cost is not None:
         what += ((f" The GPU speed-ups are not testable on a CPU, where the {{term}}`25-node tree` costs "
                   f"{cost:.1f} plain steps to check" if cost >= NOT_TESTABLE_COST else
                   f" Checking the paper's {{term}}`25-node tree` costs {cost:.1f} plain steps here, and the `cpu` "

@@ -31,6 +31,7 @@ from clover2.research.verdicts import (
     page,
     power_rule,
     speed_table,
+    superseded,
 )
 
 FIGURES = "figures"  # results/<profile>/figures/: the page's images
@@ -56,11 +57,12 @@ def write_report(experiment: Experiment) -> dict[str, pd.DataFrame]:
     if (experiment.published() / "check.csv").exists():  # on the page only: the CSV is check.csv itself
         tables["published"] = pd.read_csv(experiment.published() / "check.csv")[
             ["arm", "tree", "committed_tau", "published_tau", "difference", "cpu", "date"]]
-    if (experiment.speed_dir / "bench.csv").exists():  # on the page only: its CSVs are in speed/
+    env = json.loads((experiment.speed_dir / "env.json").read_text()) if (experiment.speed_dir / "env.json").exists() \
+        else {}
+    if env and not superseded(env, experiment.published()):  # on the page only, while its drafts are the study's
         tables["speed"] = speed_table(pd.read_csv(experiment.speed_dir / "bench.csv"),
                                       pd.read_csv(experiment.speed_dir / "paired.csv"),
-                                      json.loads((experiment.speed_dir / "env.json").read_text()),
-                                      design.reference)
+                                      env, design.reference)
     cpu_form = experiment.speed_claims_dir  # amendment 1's speed claims, once timed: on the page only
     for name, csv in (("speed_claims", "claims.csv"), ("speedups", "speedups.csv"), ("tree_choice", "calibration.csv")):
         if (cpu_form / csv).exists():

@@ -13,9 +13,11 @@ of the resampled ratios, its p-value twice the smaller tail beyond 1.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -554,6 +556,18 @@ def machine_text(table: pd.DataFrame) -> str:
 def arm_of(method: str) -> str:
     """The arm a study speed run's method decodes with: its published draft's folder name (plain decoding: ar)."""
     return method.rsplit("=", 1)[-1].rstrip("/").rsplit("/", 1)[-1] if "=" in method else method
+
+
+def superseded(env: dict, published: Path) -> list[str]:
+    """The drafts a timed run's `env` (its env.json) names whose folder under `published` now holds other weights,
+    or none: its numbers are of drafts the study no longer publishes (a rate its grid no longer chooses)."""
+    out = []
+    for name, d in env.get("drafts", {}).items():
+        sidecar = published / d.get("folder", name) / "draft.json"
+        now = json.loads(sidecar.read_text()).get("weights_sha256") if sidecar.exists() else None
+        if now != d.get("weights_sha256"):
+            out.append(d.get("folder", name))
+    return out
 
 
 def speed_table(bench: pd.DataFrame, pairs: pd.DataFrame, env: dict, reference: str) -> pd.DataFrame:
