@@ -257,3 +257,21 @@ def test_a_sitting_stopped_by_sigterm_is_logged(tmp_path, monkeypatch):
     sitting = pd.read_csv(experiment.sittings_csv)
     assert sitting.ended.tolist() == ["interrupted"] and sitting.runs_trained.tolist() == [0]
     assert signal.getsignal(signal.SIGTERM) is handler  # the sitting's handler is gone with it
+
+
+def test_the_evaluation_prompts_seen_in_development_are_those_the_developed_on_profile_samples_too():
+    """The study's value gain was developed on the `cpu` profile's benchmark prompts: the evaluation prompts that
+    sample shares are named by their places, so the results page can read the comparisons without them."""
+    from types import SimpleNamespace
+
+    from clover2.profiles import load_profile
+    from clover2.training.tasks import load_task
+
+    study, cpu = load_profile("study"), load_profile("cpu")
+    experiment = SimpleNamespace(design=DesignConfig.of(study), lab=SimpleNamespace(profile=study))
+    seen = Experiment.seen_in_development(experiment)
+    records = [r for t in study.bench.tasks for r in load_task(t, experiment.design.n_per_task)]
+    developed = {r.turns for t in cpu.bench.tasks for r in load_task(t, cpu.bench.n_per_task, cpu.bench.seed)}
+    assert seen == [i for i, r in enumerate(records) if r.turns in developed] and 0 < len(seen) < len(developed)
+    experiment.design = replace(experiment.design, developed_on="")
+    assert Experiment.seen_in_development(experiment) == []

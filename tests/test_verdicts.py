@@ -593,3 +593,10 @@ def test_the_prompts_weighted_alike_beside_the_pooled_verdict():
     assert out.prompts_alike_lo < out.prompts_alike < out.prompts_alike_hi and out.level == 0.95
     assert out.reading == primary_verdict(out.prompts_alike_lo, out.prompts_alike_hi, DESIGN.margin,
                                           DESIGN.smallest_claim)
+    assert "unseen" not in weighting(DESIGN, table)  # no prompts seen in development: no such reading
+    # the prompts seen while a departure was developed, set aside: the pooled ratio on the others alone
+    seen = weighting(DESIGN, table, seen=[0, 1, 2]).set_index("comparison").loc["c2 / e1"]
+    rest = cells(rep[rep.prompt > 2].assign(prompt=lambda d: d.prompt - 3), DESIGN, DEV)
+    alone = verdicts(DESIGN, rest).set_index("comparison").loc["c2 / e1"]
+    assert (seen.unseen, seen.unseen_lo, seen.unseen_hi) == pytest.approx((alone.ratio, alone.lo, alone.hi))
+    assert seen.seen_prompts == 3 and seen.unseen_reading == alone.verdict

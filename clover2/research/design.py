@@ -48,6 +48,7 @@ from clover2.measure.acceptance import layers_read, references, replayed_steps
 from clover2.measure.bench import run_bench
 from clover2.measure.provenance import commit, machine
 from clover2.paths import cache_root
+from clover2.profiles import load_profile
 from clover2.training.data import DistillData
 from clover2.training.tasks import load_task
 from clover2.training.train import train
@@ -136,6 +137,9 @@ class DesignConfig:
     largest_claim: float = 0.05  # the paper's largest claimed gain: where an interval above 1 lies against the claim
     # the speed claims in their CPU form, timed last into results/<profile>/speed-cpu/ (None: not timed)
     speed_claims: SpeedConfig | None = None
+    # the profile whose benchmark prompts this project's departures (the value gain) were developed on: the
+    # evaluation prompts it shares are set aside once to read the primary comparisons without them (descriptive)
+    developed_on: str = ""
 
     def __post_init__(self):
         names = set(self.arms)
@@ -571,6 +575,16 @@ class Experiment:
         of a task's split where it holds fewer)."""
         records = [r for t in self.lab.profile.bench.tasks for r in load_task(t, self.design.n_per_task)]
         return [(r.category, first_turn_ids(self.lab.target, r)) for r in records]
+
+    def seen_in_development(self) -> list[int]:
+        """The evaluation prompts (their places in `prompts`) that the `developed_on` profile's benchmark also
+        samples: seen while this project's departures were developed."""
+        if not self.design.developed_on:
+            return []
+        bench = load_profile(self.design.developed_on).bench
+        seen = {r.turns for t in bench.tasks for r in load_task(t, bench.n_per_task, bench.seed)}
+        records = [r for t in self.lab.profile.bench.tasks for r in load_task(t, self.design.n_per_task)]
+        return [i for i, r in enumerate(records) if r.turns in seen]
 
     def replay(self, run: Run, trees: tuple[str, ...] | list[str]) -> None:
         """Replay a finished run's draft on the evaluation set (greedy, untimed) and add its rows."""

@@ -43,7 +43,7 @@ def write_report(experiment: Experiment) -> dict[str, pd.DataFrame]:
     design = experiment.design if experiment.design.settled(dev) else experiment.design.before_amendment()
     runs = experiment.records()
     replays = pd.read_csv(experiment.replays_csv) if experiment.replays_csv.exists() else pd.DataFrame()
-    tables = analyze(design, runs, replays, dev)
+    tables = analyze(design, runs, replays, dev, seen=experiment.seen_in_development())
     rule = power_rule(experiment.protocol, replays, dev) if not replays.empty else pd.DataFrame()
     if not rule.empty:  # once an arm with extra seeds has its first ones: read on the protocol's own seeds
         tables["power_rule"] = rule

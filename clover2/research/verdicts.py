@@ -268,12 +268,13 @@ def prompts_alike(table: dict[Key, Cell]) -> dict[Key, Cell]:
     return {k: Cell(c.arm, c.seeds, np.log(c.tokens / c.steps), np.ones_like(c.steps)) for k, c in table.items()}
 
 
-def weighting(design: DesignConfig, table: dict[Key, Cell], *, seed: int = 0) -> pd.DataFrame:
+def weighting(design: DesignConfig, table: dict[Key, Cell], *, seen: Sequence[int] = (), seed: int = 0) -> pd.DataFrame:
     """The primary comparisons read with each prompt weighted alike beside the protocol's pooled tau (tokens over
-    forwards summed over the prompts, which weights a prompt by its forwards): descriptive, the verdict stays the
-    pooled one's. One row per comparison at the main budget on the first tree, both ratios with their intervals
-    at the primary family's level, from the same two-level bootstrap, and the primary rule's reading of the
-    second (what the verdict would say with the prompts weighted alike)."""
+    forwards summed over the prompts, which weights a prompt by its forwards), and pooled without the prompts
+    `seen` while this project's departures were developed (their places among the prompts; none: no such
+    column): descriptive, the verdict stays the pooled one's. One row per comparison at the main budget on the
+    first tree, each ratio with its interval at the primary family's level, from the same two-level bootstrap,
+    and the primary rule's reading of each other reading (what the verdict would say)."""
     level = 1 - 0.05 / len(design.primary)
     keys = [((a, design.main, 1.0, design.trees[0]), (design.reference, design.main, 1.0, design.trees[0]))
             for a in design.primary]
@@ -283,14 +284,21 @@ def weighting(design: DesignConfig, table: dict[Key, Cell], *, seed: int = 0) ->
     used = {k: table[k] for pair in keys for k in pair}
     pooled, alike = bootstrap(used, design.n_boot, seed), prompts_alike(used)
     logs = bootstrap(alike, design.n_boot, seed)
+    unseen = {k: replace(c, tokens=np.delete(c.tokens, list(seen), 1), steps=np.delete(c.steps, list(seen), 1))
+              for k, c in used.items()}
+    held = bootstrap(unseen, design.n_boot, seed) if seen else {}
     rows = []
     for a, b in keys:
         p = compare(used[a].tau() / used[b].tau(), pooled[a] / pooled[b], level)
         e = compare(math.exp(alike[a].tau() - alike[b].tau()), np.exp(logs[a] - logs[b]), level)
-        rows.append({"comparison": f"{a[0]} / {b[0]}", "pooled": p["ratio"], "pooled_lo": p["lo"], "pooled_hi": p["hi"],
-                     "prompts_alike": e["ratio"], "prompts_alike_lo": e["lo"], "prompts_alike_hi": e["hi"],
-                     "level": level,
-                     "reading": primary_verdict(e["lo"], e["hi"], design.margin, design.smallest_claim)})
+        row = {"comparison": f"{a[0]} / {b[0]}", "pooled": p["ratio"], "pooled_lo": p["lo"], "pooled_hi": p["hi"],
+               "prompts_alike": e["ratio"], "prompts_alike_lo": e["lo"], "prompts_alike_hi": e["hi"], "level": level,
+               "reading": primary_verdict(e["lo"], e["hi"], design.margin, design.smallest_claim)}
+        if seen:
+            u = compare(unseen[a].tau() / unseen[b].tau(), held[a] / held[b], level)
+            row |= {"unseen": u["ratio"], "unseen_lo": u["lo"], "unseen_hi": u["hi"], "seen_prompts": len(seen),
+                    "unseen_reading": primary_verdict(u["lo"], u["hi"], design.margin, design.smallest_claim)}
+        rows.append(row)
     return pd.DataFrame(rows)
 
 
@@ -426,10 +434,12 @@ def curve_fits(points: pd.DataFrame, at: float, ceiling: float = math.inf) -> pd
     return pd.DataFrame(rows)
 
 
-def analyze(design: DesignConfig, runs: pd.DataFrame, replays: pd.DataFrame, dev: dict) -> dict[str, pd.DataFrame]:
+def analyze(design: DesignConfig, runs: pd.DataFrame, replays: pd.DataFrame, dev: dict, *,
+            seen: Sequence[int] = ()) -> dict[str, pd.DataFrame]:
     """Every table of the study's results page from its records (`runs.csv`) and replays
     (`replays.csv`): the grids' dev measure, each arm's tau and spreads, the verdicts, the power of
-    the primary comparisons, the learning curve with its fits, and the data against repetition."""
+    the primary comparisons and their other readings (`weighting`, without the prompts `seen` in
+    development too), the learning curve with its fits, and the data against repetition."""
     tables = {"grid": runs[(runs.seed == 0) & (runs.budget == design.main) & (runs.share == 1)][
         ["arm", "lr", "dev", "tokens", "epochs"]].sort_values(["arm", "lr"])}  # no times: the study shares its machine
     chosen = {a: chosen_lr(design, a, dev) for a in design.arms}
@@ -472,7 +482,7 @@ def analyze(design: DesignConfig, runs: pd.DataFrame, replays: pd.DataFrame, dev
     tables["fits"] = curve_fits(full[full.arm.isin([*design.primary, design.reference])], at=PAPER_ANSWER_TOKENS,
                                 ceiling=int(parse_tree(design.trees[0]).depth.max()) + 1)
     tables["per_task"] = per_task(design, replays, dev)
-    tables["weighting"] = weighting(design, table)
+    tables["weighting"] = weighting(design, table, seen=seen)
     tables["replicate"] = machine_replicate(design, runs, replays, tables["spread"])
     return tables
 
@@ -650,7 +660,11 @@ def readable(name: str, df: pd.DataFrame) -> pd.DataFrame:
                              "each prompt alike": [f"{r.prompts_alike:.3f} "
                                                    f"{bracket(r.prompts_alike_lo, r.prompts_alike_hi)}"
                                                    for r in df.itertuples()],
-                             "the rule's reading of each prompt alike": df.reading})
+                             "the rule's reading of each prompt alike": df.reading,
+                             **({f"pooled, without the {int(df.seen_prompts.iloc[0])} prompts seen in development": [
+                                 f"{r.unseen:.3f} {bracket(r.unseen_lo, r.unseen_hi)}" for r in df.itertuples()],
+                                 "the rule's reading without them": df.unseen_reading}
+                                if "unseen" in df else {})})
     if name == "power_rule":
         return pd.DataFrame({"comparison": df.comparison, "seeds": df.seeds,
                              "power": df.power.map("{:.0%}".format), "seeds added": df.seeds_added})
@@ -991,7 +1005,8 @@ def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataF
                 "learning-rate choice).")
     lines = ["# The designed study: results", "",
              "What the study found, each verdict given by the rules its protocol fixed before the runs "
-             f"({{doc}}`../../book/protocol`). {progress} How and where it ran is at the end of the page.", ""]
+             f"({{doc}}`../../book/protocol`: amended once, after the first study was audited and before the "
+             f"amendment's own runs). {progress} How and where it ran is at the end of the page.", ""]
     if not amended:
         lines += ["Amendment 1's learning-rate grids are still running, so every reading below is made by the "
                   "protocol's rules from before it (a grid extended once, no half steps), with its bootstrap's "
@@ -1040,11 +1055,14 @@ def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataF
                     "bootstrap (97.5% intervals; p adjusted by Bonferroni, as they are): the amendment's readings "
                     "above replace these." + _single_stream(
                         tables.get("earlier_bootstrap"))),
-        "weighting": ("How the prompts are weighted", "The protocol's tau pools tokens and forwards over the "
+        "weighting": ("Other readings of the primary comparisons", "The protocol's tau pools tokens and forwards over the "
                       "prompts, so a prompt weighs by its forwards (the convention of vLLM's and SGLang's acceptance "
                       "length); beside it, every prompt weighted alike (the geometric mean of the per-prompt tau "
-                      "ratios, the seeds averaged in logs), from the same bootstrap at the primary family's 97.5%. "
-                      "Descriptive, added after P1 was read: the verdicts are the pooled ratio's."),
+                      "ratios, the seeds averaged in logs), from the same bootstrap at the primary family's 97.5%"
+                      + (f"; and pooled without the {int(tables['weighting'].seen_prompts.iloc[0])} evaluation "
+                         f"prompts that the `{design.developed_on}` profile's benchmark also samples, on which this "
+                         "project's value gain was developed" if "unseen" in tables.get("weighting", ()) else "")
+                      + ". Descriptive, added after P1 was read: the verdicts are the pooled ratio's."),
         "per_task": ("Per task", "Each comparison's tau ratio within each Spec-Bench task's prompts ("
                      + (f"{_per_task_prompts(tables['per_task'])} a task; " if len(tables.get("per_task", ())) else "")
                      + "95% intervals over those prompts and the seeds; descriptive, no verdict), beside the "
