@@ -259,6 +259,28 @@ def test_a_sitting_stopped_by_sigterm_is_logged(tmp_path, monkeypatch):
     assert signal.getsignal(signal.SIGTERM) is handler  # the sitting's handler is gone with it
 
 
+def test_a_sitting_killed_outright_leaves_its_row_as_of_its_last_step(tmp_path, monkeypatch):
+    """SIGKILL (a machine stopped) runs no `finally`: the sitting's row, written after every step, stays as of the
+    last step, marked running; the next sitting adds its own row beside it."""
+    smoke = load_profile("smoke")
+    prof = replace(smoke, train=replace(smoke.train, schedule="wsd"), design=DESIGN)
+    experiment = Experiment(_Lab(profile=prof, target=tiny_target("llama"), results=tmp_path))
+    steps = iter([True, True])
+
+    def step(self):
+        if next(steps, None) is None:
+            raise BaseException("killed")  # nothing after this runs in a real kill: the finally's row is dropped
+        return True
+    monkeypatch.setattr(Experiment, "next_step", step)
+    written = []
+    monkeypatch.setattr("clover2.research.design.write_csv", lambda path, df: written.append(df.copy()))
+    with pytest.raises(BaseException, match="killed"):
+        experiment.run()
+    assert [w.ended.tolist() for w in written] == [["running"]] * 3 + [["interrupted"]]
+    last_alive = written[-2]  # what a SIGKILL would have left: one row, as of the second step
+    assert len(last_alive) == 1 and last_alive.ended.iloc[0] == "running"
+
+
 def test_the_evaluation_prompts_seen_in_development_are_those_the_developed_on_profile_samples_too():
     """The study's value gain was developed on the `cpu` profile's benchmark prompts: the evaluation prompts that
     sample shares are named by their places, so the results page can read the comparisons without them."""

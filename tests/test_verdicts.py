@@ -309,10 +309,11 @@ def test_machine_time_counts_each_runs_own_steps_once():
     assert table.loc["Y", "sittings"] == 2 and table.loc["Y", "sitting_hours"] == pytest.approx(2.5)
     assert np.isnan(table.loc["X", "sitting_hours"])
     text = machine_text(table.reset_index())
-    assert text == ("X, 2 runs trained in 1.1 hours; Y, 2 runs trained in 2.1 hours, 2 stretches of `clover2 study "
-                    "run`, 2.5 hours in all")
+    assert text == ("X, 2 runs trained in 1.1 hours; Y, 2 runs trained in 2.1 hours, 2.5 hours in the 2 stretches of "
+                    "`clover2 study run` logged")
     only_timed = machine_time(runs, pd.concat([sittings, pd.DataFrame({"cpu": ["Z"], "seconds": [1800]})]), main=600)
-    assert machine_text(only_timed).endswith("; Z, no runs trained, 1 stretch of `clover2 study run`, 0.5 hours in all")
+    assert machine_text(only_timed).endswith("; Z, no runs trained, 0.5 hours in the 1 stretch of `clover2 study run` "
+                                             "logged")
 
 
 def test_the_results_page_leaves_out_tables_with_nothing_in_them():

@@ -499,27 +499,34 @@ class Experiment:
 
     def run(self) -> None:
         """Everything left, in order; each step resumes where an interrupted one stopped. Each sitting
-        (finished or stopped) adds a row to `sittings.csv`: its wall-clock time, machine and what it did,
-        which add up to the study's machine time."""
+        adds a row to `sittings.csv`, brought up to date after every step: its wall-clock time, machine and
+        what it did, which add up to the study's machine time (`ended`: finished, interrupted, or running
+        where the process was killed outright after its last step)."""
         started, before = datetime.now(timezone.utc), (len(self.records()), len(self.replayed()))
+
+        def log(ended: str) -> None:  # this sitting's row, written again after every step
+            row = {"started": started.isoformat(timespec="seconds"),
+                   "seconds": round((datetime.now(timezone.utc) - started).total_seconds()),
+                   "cpu": machine()["cpu_name"], "commit": self.commit, "runs_trained": len(self.records()) - before[0],
+                   "replays": len(self.replayed()) - before[1], "ended": ended}
+            old = pd.read_csv(self.sittings_csv) if self.sittings_csv.exists() else pd.DataFrame()
+            old = old[old.started != row["started"]] if len(old) else old
+            write_csv(self.sittings_csv, pd.concat([old, pd.DataFrame([row])], ignore_index=True))
+
         ended = "interrupted"
         try:  # a SIGTERM outside training (data, replays) ends the sitting through `finally` too
             previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
         except ValueError:  # not the main thread
             previous = None
         try:
+            log("running")  # a process killed outright (SIGKILL, a machine stopped) leaves its last step's row
             while self.next_step():
-                pass
+                log("running")
             ended = "finished"
         finally:
             if previous is not None:
                 signal.signal(signal.SIGTERM, previous)
-            row = {"started": started.isoformat(timespec="seconds"),
-                   "seconds": round((datetime.now(timezone.utc) - started).total_seconds()),
-                   "cpu": machine()["cpu_name"], "commit": self.commit, "runs_trained": len(self.records()) - before[0],
-                   "replays": len(self.replayed()) - before[1], "ended": ended}
-            old = pd.read_csv(self.sittings_csv) if self.sittings_csv.exists() else pd.DataFrame()
-            write_csv(self.sittings_csv, pd.concat([old, pd.DataFrame([row])], ignore_index=True))
+            log(ended)
 
     def train(self, run: Run, *, record: bool = True) -> None:
         """Train a run (continuing from its parent's kept state), then record it. Where the parent is

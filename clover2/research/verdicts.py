@@ -557,8 +557,8 @@ def machine_text(table: pd.DataFrame) -> str:
         trained = ("no runs trained" if pd.isna(r.runs)
                    else f"{int(r.runs)} runs trained in {r.training_hours:.1f} hours")
         logged = "" if pd.isna(r.get("sittings", np.nan)) else (
-            f", {int(r.sittings)} stretch{'es' * (r.sittings != 1)} of `clover2 study run`, {r.sitting_hours:.1f} "
-            "hours in all")
+            f", {r.sitting_hours:.1f} hours in the {int(r.sittings)} stretch{'es' * (r.sittings != 1)} of "
+            "`clover2 study run` logged")
         return f"{r.cpu}, {trained}{logged}"
     return "; ".join(one(r) for _, r in table.iterrows())
 
