@@ -268,18 +268,18 @@ def test_the_page_gives_the_primary_pair_in_words_and_the_rest_in_one_table():
     text = page(DESIGN, {**tables, "grid": grid}, status, machine="cpu", commits="abc")
     assert "The learning rate chosen for c2 is at the edge" in text.split("## The secondary comparisons")[0]
     assert "Still at the edge" not in text  # said once, above
-    fits = pd.DataFrame({"arm": ["c2"], "points": [3], "range_lo": [3.0], "range_hi": [4.0], "above_ceiling": [0],
-                         "ceiling": [6.0], "relative_slope_per_doubling": [0.2]})
+    fits = pd.DataFrame({"arm": ["c2"], "points": [3], "at_budget_log_linear": [3.0], "at_budget_power_law": [4.0],
+                         "range_lo": [3.0], "range_hi": [4.0], "above_ceiling": [0], "ceiling": [6.0],
+                         "relative_slope_per_doubling": [0.2]})
     data = pd.DataFrame({"arm": ["c2"], "twice the steps": [1.1], "twice the unique data": [1.01]})
     text = page(DESIGN, {**tables, "fits": fits, "data": data}, status, machine="cpu", commits="abc")
     assert "## Data or repetition" not in text  # one table: the fits with the data ratios beside them
-    assert "| c2 | 3 | 3.00-4.00 | +20% | 1.100 | 1.010 |" in text.split("## tau at the paper's budget")[1]
+    assert "| c2 | 3 | 3.00 | 4.00 | +20% | 1.100 | 1.010 |" in text.split("## tau at the paper's budget")[1]
     assert "(from four points; each curve here has 3) a saturating one" in text
-    capped = fits.assign(range_lo=[3.0], range_hi=[3.0], above_ceiling=[1])  # a form read above the tree's most
+    assert "| tau at 1.18B tokens, log-linear | tau at 1.18B tokens, power law |" in text  # one column a form
+    capped = fits.assign(at_budget_power_law=[np.nan], range_hi=[3.0], above_ceiling=[1])  # read above the tree's most
     text = page(DESIGN, {**tables, "fits": capped}, status, machine="cpu", commits="abc")
-    assert "| c2 | 3 | 3.00 (1 form above 6) |" in text and "exceeds the tree's largest tau (6)" in text
-    none = fits.assign(range_lo=[np.nan], range_hi=[np.nan], above_ceiling=[2])
-    assert "| above 6 in every form |" in page(DESIGN, {**tables, "fits": none}, status, machine="cpu", commits="x")
+    assert "| c2 | 3 | 3.00 | above 6 |" in text and "above the tree's largest tau (6) is no value" in text
     assert "## Data or repetition" in page(DESIGN, {**tables, "data": data}, status, machine="cpu", commits="abc")
     drawn = page(DESIGN, tables, status, machine="cpu", commits="abc", figures={"verdicts": "figures/forest.png"})
     assert "```{figure} figures/forest.png\n:name: study-forest" in drawn and "rules from before it" not in drawn
@@ -601,3 +601,14 @@ def test_the_prompts_weighted_alike_beside_the_pooled_verdict():
     alone = verdicts(DESIGN, rest).set_index("comparison").loc["c2 / e1"]
     assert (seen.unseen, seen.unseen_lo, seen.unseen_hi) == pytest.approx((alone.ratio, alone.lo, alone.hi))
     assert seen.seen_prompts == 3 and seen.unseen_reading == alone.verdict
+
+
+def test_single_seed_ratios_are_set_beside_the_seeds_own_spread_and_the_fits_beside_their_distance():
+    from clover2.research.verdicts import _beyond, _seed_noise
+
+    spread = pd.DataFrame({"arm": ["c2", "e1", "m", "c2"], "budget": [600, 600, 600, 300], "share": 1.0,
+                           "tree": "eagle25", "seeds": [5, 5, 3, 5], "tau": [2.0, 2.0, 2.0, 2.0],
+                           "seed_sd": [0.01, 0.02, 0.5, 0.5]})
+    said = _seed_noise(DESIGN, spread)  # the primary arm and the reference at the main budget only
+    assert "0.5%-1.0% of it at 600 steps" in said and _seed_noise(DESIGN, None) == ""
+    assert _beyond(pd.DataFrame({"tokens": [1e6, 2e6]})).startswith(", 591 times the last point's tokens")

@@ -401,6 +401,9 @@ def saturating(tokens, tau_max, scale, alpha):
     return tau_max - scale * np.power(tokens / 1e6, -alpha)
 
 
+FIT_FORMS = {"log_linear": "log-linear", "power_law": "power law", "saturating": "saturating"}  # the page's words
+
+
 def curve_fits(points: pd.DataFrame, at: float, ceiling: float = math.inf) -> pd.DataFrame:
     """Per arm, tau against training tokens (`points`: arm, tokens, tau; annealed runs), fitted by a
     log-linear law (tau gains the same amount per doubling of tokens), a power law in tau - 1 (tau - 1
@@ -675,10 +678,13 @@ def readable(name: str, df: pd.DataFrame) -> pd.DataFrame:
     if name == "curve":  # one rate an arm, named with it
         return _by_arm(df.assign(arm=[f"{a} (lr {lr:g})" for a, lr in zip(df.arm, df.lr)],
                                  value=df.tau.map("{:.3f}".format)), ["budget", "share"])
-    if name == "fits":
+    if name == "fits":  # one column per form, so that every arm is read in the same forms
+        forms = [(k, label) for k, label in FIT_FORMS.items() if f"at_budget_{k}" in df]
         return pd.DataFrame({
             "arm": df.arm, "points": df.points,
-            "tau at 1.18B tokens, range": [_fit_range(r) for r in df.itertuples()],
+            **{f"tau at 1.18B tokens, {label}": [f"{v:.2f}" if v == v else f"above {c:g}"
+                                                 for v, c in zip(df[f"at_budget_{k}"], df.ceiling)]
+               for k, label in forms},
             "gain in tau - 1 per doubling": df.relative_slope_per_doubling.map("{:+.0%}".format)})
     if name == "per_task":  # one row per comparison, one column per task; the paper's ratios in a last row
         named = [c if t == "eagle25" else f"{c}, {_tree(t)} tree" for c, t in zip(df.comparison, df.tree)]
@@ -740,13 +746,24 @@ def readable(name: str, df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
-def _fit_range(row) -> str:
-    """A fits row's range at the paper's budget, its forms above the tree's largest tau left out."""
-    if np.isnan(row.range_lo):
-        return f"above {row.ceiling:g} in every form"
-    said = f"{row.range_lo:.2f}" if row.range_lo == row.range_hi else f"{row.range_lo:.2f}-{row.range_hi:.2f}"
-    return said + (f" ({row.above_ceiling} form{'s' * (row.above_ceiling != 1)} above {row.ceiling:g})"
-                   if row.above_ceiling else "")
+def _beyond(curve: pd.DataFrame | None) -> str:
+    """How far the paper's budget lies beyond the curve's last point, in words."""
+    if curve is None or curve.empty:
+        return ""
+    return f", {PAPER_ANSWER_TOKENS / curve.tokens.max():,.0f} times the last point's tokens"
+
+
+def _seed_noise(design: DesignConfig, spread: pd.DataFrame | None) -> str:
+    """The seeds' spread of tau at the main budget, as the yardstick of seed 0's single ratios."""
+    if spread is None or spread.empty:
+        return ""
+    s = spread[(spread.budget == design.main) & (spread.share == 1) & (spread.tree == "eagle25") & (spread.seeds > 1)
+               & spread.arm.isin((*design.primary, design.reference))]  # the arms the curve's table reads
+    if s.empty:
+        return ""
+    share = s.seed_sd / s.tau
+    return (f", one seed each: the seeds' standard deviation of tau is {share.min():.1%}-{share.max():.1%} of it at "
+            f"{design.main} steps, and a ratio of two single runs varies by about 1.4 times that")
 
 
 def _ceiling(fits: pd.DataFrame | None) -> str:
@@ -1055,7 +1072,8 @@ def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataF
                     "bootstrap (97.5% intervals; p adjusted by Bonferroni, as they are): the amendment's readings "
                     "above replace these." + _single_stream(
                         tables.get("earlier_bootstrap"))),
-        "weighting": ("Other readings of the primary comparisons", "The protocol's tau pools tokens and forwards over the "
+        "weighting": ("Other readings of the primary comparisons", "The protocol's tau pools tokens and forwards "
+                      "over the "
                       "prompts, so a prompt weighs by its forwards (the convention of vLLM's and SGLang's acceptance "
                       "length); beside it, every prompt weighted alike (the geometric mean of the per-prompt tau "
                       "ratios, the seeds averaged in logs), from the same bootstrap at the primary family's 97.5%"
@@ -1088,11 +1106,12 @@ def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataF
                  "a log-linear law, a power law in tau - 1 and "
                  + ("a saturating power law" if _points(tables.get("fits")) >= 4 else
                     f"(from four points; each curve here has {_points(tables.get('fits'))}) a saturating one")
-                 + ", read at the paper's 1.18B answer tokens: a range, not a "
-                 "prediction; a form whose reading exceeds the tree's largest tau "
-                 f"({_ceiling(tables.get('fits'))}) is left out of the range. The gain per doubling is the power "
+                 + ", each read at the paper's 1.18B answer tokens" + _beyond(tables.get("curve"))
+                 + ": how far apart the forms land is the message, not a prediction; a reading above the tree's "
+                 "largest tau "
+                 f"({_ceiling(tables.get('fits'))}) is no value tau can take. The gain per doubling is the power "
                  "law's (EAGLE-3's published data scaling: about +7%). Beside them, seed 0's tau ratio from twice "
-                 "the steps and from twice the unique data."),
+                 "the steps and from twice the unique data" + _seed_noise(design, tables.get("spread")) + "."),
         "data": ("Data or repetition", "The tau ratio from twice the steps beside the one from twice the unique "
                  "data, seed 0, each arm at its curve's rate."),
         "speed_claims": ("The speed claims on this CPU", _cpu_speed_note(tables.get("speed_claims"))),
