@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from clover2.decoding.builtin import DEFAULT_TARGET
-from clover2.decoding.cache import ENGINES
+from clover2.decoding.engines import ENGINES
 from clover2.errors import Clover2Error
 
 _COMMANDS: dict[str, tuple[str, tuple, Callable]] = {}  # name -> (help, arguments, handler), in declaration order

@@ -1,7 +1,7 @@
 """Other work on the machine while a benchmark runs: measured, recorded, and never hidden.
 
-With both cores of a 2-core machine busy elsewhere, a 2-thread GEMM of 2+ rows ran 100x slower
-while a 1-row one was untouched: contention penalises every multi-token forward, that is every
+With both cores of a 2-core machine busy elsewhere, a 2-thread GEMM of 2+ rows ran many times
+slower while a 1-row one was untouched: contention penalises every multi-token forward, that is every
 speculative method, against plain decoding. So the benchmark measures, per prompt, the CPU time
 that *other* processes used (the machine's busy time from /proc/stat minus this process's own),
 as a share of the machine's capacity over that interval, and marks results taken under load. On a

@@ -26,7 +26,7 @@ from pathlib import Path
 import yaml
 
 from clover2.decoding.builtin import DEFAULT_TARGET
-from clover2.decoding.cache import ENGINES
+from clover2.decoding.engines import ENGINES
 from clover2.decoding.kernels import MODES
 from clover2.drafts.config import DraftConfig
 from clover2.errors import Clover2Error

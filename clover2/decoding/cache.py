@@ -24,11 +24,11 @@ from dataclasses import replace
 import torch
 from transformers import DynamicCache, StaticCache
 
+from clover2.decoding.engines import ENGINES
 from clover2.decoding.graphs import GraphCache
 from clover2.decoding.transfer import to_device
 from clover2.errors import Clover2Error
 
-ENGINES = ("eager", "static", "graphs")
 BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)  # new tokens per static forward: a tree pads up to the next one
 
 

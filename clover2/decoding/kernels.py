@@ -11,9 +11,9 @@ and many-row paths already do):
   freezing pass does for CPU linears); fp32, and bf16 where the CPU computes it natively;
 - `mkl`: MKL's packed GEMM (`cblas_sgemm_pack`: the weight packed once); fp32 only.
 
-No rule picks well everywhere: on a 2-core Intel Xeon stock MKL was fastest at one row (52 vs
-63 ms for a SmolLM2-135M step) and oneDNN from 4 rows; on a 2-core AMD EPYC oneDNN was fastest at
-every row count (49 vs 67 ms at one row, 55 vs 106 ms at two). So `kernels="auto"` times every
+No rule picks well everywhere: on one 2-core Intel Xeon stock MKL was fastest at one row and oneDNN
+from 4 rows, while on a 2-core AMD EPYC oneDNN was fastest at every row count (each run's choice and
+timings are in its kernels.csv). So `kernels="auto"` times every
 candidate on the loaded model itself, per row bucket (1, 2, 4 ... 64; a call of r rows uses the
 plan of the largest bucket <= r), interleaved round by round, and keeps the one of lowest median
 (`KernelPlan`). Noise is met three ways: a bucket whose two fastest kernels are within `CLOSE` of

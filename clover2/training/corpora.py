@@ -38,11 +38,6 @@ def sharegpt_conversations(path: str | Path | None = None) -> list[list[dict]]:
     return [json.loads(line) for line in cached.read_text(encoding="utf-8").splitlines()]
 
 
-def sharegpt_user_turns(path: str | Path | None = None) -> list[list[str]]:
-    """The user turns of every ShareGPT conversation (prompts for the target to answer itself)."""
-    return [[m["content"] for m in c if m["role"] == "user"] for c in sharegpt_conversations(path)]
-
-
 def salvage_json_array(text: str) -> Iterator[dict]:
     """The complete objects of a JSON array, stopping quietly where the text is cut off."""
     decoder = json.JSONDecoder()

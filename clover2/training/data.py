@@ -21,7 +21,7 @@ Per token of every conversation a shard stores:
 - `fused` (float16, 3H; with `fused_states`): the inputs of the target layers EAGLE-3 reads
   (`clover2.drafts.eagle3.fused_layers`), from the same forward. Stored, they cost 3x the disk of
   `hidden` once; EAGLE-3's official trainer recomputes them in every training step instead, which
-  costs a target forward per batch (here the labelling rate, ~555 tokens/s on a 2-core Zen 4);
+  costs a target forward per batch (at the labelling rate, on a CPU the slowest stage of the data);
 - `topk_ids` (int32, k) and `topk_logp` (float16, k): the target's next-token distribution after
   this token, as its k most likely tokens and their log-probabilities. The top 32 of SmolLM2 hold
   ~0.97 of the mass on average (measured on its own greedy answers): a sparse top-k keeps the data
