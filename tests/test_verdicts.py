@@ -222,8 +222,11 @@ def test_the_results_page_shows_one_row_per_arm():
     grid = pd.DataFrame({"arm": ["a", "a", "b"], "lr": [1e-3, 3e-3, 1e-3], "dev": [1.4, 1.5, 1.3],
                          "tokens": 1, "epochs": 1.0, "chosen": [False, True, True]})
     shown = readable("grid", grid).set_index("arm")
-    assert list(shown.columns) == ["lr 0.001", "lr 0.003"] and shown.loc["a", "lr 0.003"] == "**1.500**"
-    assert shown.loc["b", "lr 0.003"] == ""
+    assert list(shown.columns) == ["1e-3", "3e-3"] and shown.loc["a", "3e-3"] == "**1.500**"
+    assert shown.loc["b", "3e-3"] == ""
+    from clover2.research.verdicts import rate
+
+    assert [rate(x) for x in (0.0052, 0.00033, 0.027, 1e-3)] == ["5.2e-3", "3.3e-4", "2.7e-2", "1e-3"]
     spread_ = pd.DataFrame({"arm": ["a", "a", "a"], "budget": [600, 300, 600], "share": 1.0,
                             "tree": ["dynamic:60:5:10", "eagle25", "eagle25"], "seeds": [5, 5, 5],
                             "tau": [1.9, 1.5, 1.7], "seed_sd": [0.02, 0.03, np.nan], "prompt_half_width": 0.05})

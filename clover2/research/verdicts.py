@@ -674,7 +674,7 @@ def readable(name: str, df: pd.DataFrame) -> pd.DataFrame:
     if name == "grid":  # one row per arm, one column per rate; the chosen rate's measure in bold
         value = [f"**{r.dev:.3f}**" if r.chosen else f"{r.dev:.3f}" for r in df.itertuples()]
         wide = df.assign(value=value).pivot_table(index="arm", columns="lr", values="value", aggfunc="first")
-        return wide.rename(columns="lr {:g}".format).fillna("").reset_index().rename_axis(columns=None)
+        return wide.rename(columns=rate).fillna("").reset_index().rename_axis(columns=None)
     if name == "curve":  # one rate an arm, named with it
         return _by_arm(df.assign(arm=[f"{a} (lr {lr:g})" for a, lr in zip(df.arm, df.lr)],
                                  value=df.tau.map("{:.3f}".format)), ["budget", "share"])
@@ -764,6 +764,12 @@ def _seed_noise(design: DesignConfig, spread: pd.DataFrame | None) -> str:
     share = s.seed_sd / s.tau
     return (f", one seed each: the seeds' standard deviation of tau is {share.min():.1%}-{share.max():.1%} of it at "
             f"{design.main} steps, and a ratio of two single runs varies by about 1.4 times that")
+
+
+def rate(lr: float) -> str:
+    """A learning rate as a grid's column names it, short enough for a row of many: `5.2e-3`, `1e-3`."""
+    mantissa, exponent = f"{lr:.1e}".split("e")
+    return f"{mantissa.removesuffix('.0')}e{int(exponent)}"
 
 
 def _ceiling(fits: pd.DataFrame | None) -> str:
@@ -1095,7 +1101,8 @@ def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataF
                       design.arms[a].seeds for a in (*design.primary, design.reference)))),
         "power_rule": ("Seeds added by the power rule", _rule_note(design, tables.get("power_rule"))),
         "grid": ("Learning-rate grids", f"The dev measure (simulated chain length) of seed 0 after {design.main} "
-                 "steps, per learning rate; the best rate (in bold) is chosen, and a best rate at the grid's edge "
+                 "steps, per learning rate (one column each); the best rate (in bold) is chosen, and a best rate "
+                 "at the grid's edge "
                  + ("extends the grid x3 until the best is interior, then a half step each side of it for the "
                     "primary arms and EAGLE-3 (amendment 1)." if amended else "extends the grid once.")
                  + _still_at_edge(design, tables.get("grid"), said=said)),
