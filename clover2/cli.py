@@ -59,10 +59,12 @@ class _Help(argparse.ArgumentDefaultsHelpFormatter):
 
 
 def _parser() -> argparse.ArgumentParser:
-    from clover2 import __version__
 
-    p = argparse.ArgumentParser(prog="clover2", description=__doc__.split("\n")[0], formatter_class=_Help)
-    p.add_argument("--version", action="version", version=f"clover2 {__version__} ({_commit()})")
+    p = argparse.ArgumentParser(prog="clover2", formatter_class=_Help, description=(
+        "Clover-2 and its rival drafts for lossless speculative decoding of a causal LM: generate with a draft, "
+        "prepare data and train one, benchmark methods, export a draft for an engine, run the book's notebooks "
+        "and its designed study. `clover2 COMMAND --help` for each."))
+    p.add_argument("--version", action=_Version, nargs=0, help="show the version and the checkout's commit, and exit")
     sub = p.add_subparsers(required=True, metavar="COMMAND")
     for name, (help, arguments, handler) in _COMMANDS.items():
         s = sub.add_parser(name, help=help, formatter_class=_Help)
@@ -81,6 +83,16 @@ def _add(parser, arguments) -> None:
             _add(parser, item)
 
 
+class _Version(argparse.Action):
+    """--version, its commit read only when asked (reading it loads torch)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from clover2 import __version__
+
+        print(f"clover2 {__version__} ({_commit()})")
+        parser.exit()
+
+
 def _commit() -> str:
     from clover2.measure.provenance import commit
 
@@ -88,9 +100,9 @@ def _commit() -> str:
 
 
 def _architectures() -> list[str]:
-    from clover2.drafts import ARCHITECTURES
+    from clover2.drafts.config import ARCHS
 
-    return list(ARCHITECTURES)
+    return list(ARCHS)
 
 
 # -- arguments several commands share ---------------------------------------------------------------

@@ -162,3 +162,11 @@ def test_the_library_and_its_commands_run_without_the_research_layer(tmp_path):
     assert int(out.stdout.strip().splitlines()[-1]) > 30
     planted = _without_the_book(tmp_path, "import importlib; importlib.import_module('clover2.research.design')")
     assert planted.returncode != 0 and "blocked for this test: clover2.research" in planted.stderr  # it can fail
+
+
+def test_the_command_lines_help_starts_without_torch():
+    """`clover2 --help` and a command's help name the architectures and engines without loading the models."""
+    out = subprocess.run([sys.executable, "-c", "import sys; from clover2.cli import main\n"
+                          "try:\n    main(['train', '--help'])\nexcept SystemExit:\n    pass\n"
+                          "print('torch' in sys.modules)"], capture_output=True, text=True, check=True).stdout
+    assert "clover2" in out and "eagle3" in out and out.strip().endswith("False")

@@ -2,20 +2,34 @@
 trees with them, and decoding methods by name (`clover2.drafts.methods`).
 
 To add an architecture: subclass `DraftModel` in a module of its own (its `recipe`, its parts, and
-its `trunk` and `head_step`, which training and decoding share), then register it below. The CLI,
-the profiles, the benchmark's method specs and the notebooks all take their names from here.
+its `trunk` and `head_step`, which training and decoding share), then register it below and name it in
+`clover2.drafts.config.ARCHS`. The CLI, the profiles, the benchmark's method specs and the notebooks all
+take their names from there. The classes load on first use (they need torch; the names do not), so that
+the command line's help and a profile's checks start without it.
 """
 
-from clover2.drafts.base import DraftModel
-from clover2.drafts.clover import Clover1Draft, Clover2Draft
-from clover2.drafts.eagle import Eagle1Draft
-from clover2.drafts.eagle3 import Eagle3Draft
-from clover2.drafts.medusa import Medusa1Draft
+from __future__ import annotations
 
-ARCHITECTURES: dict[str, type[DraftModel]] = {m.arch: m for m in (Clover2Draft, Clover1Draft, Eagle1Draft, Eagle3Draft,
-                                                                      Medusa1Draft)}
+import importlib
+
+from clover2.drafts.config import ARCHS
+
+_MODULES = {"DraftModel": "base", "Clover2Draft": "clover", "Clover1Draft": "clover", "Eagle1Draft": "eagle",
+            "Eagle3Draft": "eagle3", "Medusa1Draft": "medusa"}  # each class by the module that defines it
+_REGISTERED = ("Clover2Draft", "Clover1Draft", "Eagle1Draft", "Eagle3Draft", "Medusa1Draft")
 
 
-def build_draft(config, target, *, d2t=None) -> DraftModel:
+def __getattr__(name: str):
+    if name in _MODULES:
+        return getattr(importlib.import_module(f"clover2.drafts.{_MODULES[name]}"), name)
+    if name == "ARCHITECTURES":  # arch name -> class, in ARCHS' order
+        classes = {cls.arch: cls for cls in map(__getattr__, _REGISTERED)}
+        registry = {arch: classes[arch] for arch in ARCHS}
+        globals()["ARCHITECTURES"] = registry
+        return registry
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def build_draft(config, target, *, d2t=None):
     """A fresh draft of `config.arch` for `target`, initialized as its official code does."""
-    return ARCHITECTURES[config.arch].from_target(config, target, d2t=d2t)
+    return __getattr__("ARCHITECTURES")[config.arch].from_target(config, target, d2t=d2t)

@@ -10,10 +10,12 @@ from dataclasses import dataclass, fields
 
 from clover2.errors import Clover2Error
 
+ARCHS = ("clover2", "clover1", "eagle1", "eagle3", "medusa")  # every architecture; clover2.drafts has their classes
+
 
 @dataclass(frozen=True)
 class DraftConfig:
-    arch: str = "clover2"  # a name in clover2.drafts.ARCHITECTURES: clover2 | clover1 | eagle1 | eagle3 | medusa
+    arch: str = "clover2"  # one of ARCHS
     num_heads: int = 5  # draft depths: tokens proposed ahead of the root along one path
     aug_layers: int = 2  # decoder layers in the Augmenting Block (EAGLE-1: its single layer)
     extraction: str = "before"  # fuse the next token "before" the Augmenting Block (Clover-2) or "after" (Clover-1)
@@ -40,9 +42,7 @@ class DraftConfig:
     value_gain: float = 1.0
 
     def __post_init__(self):
-        from clover2.drafts import ARCHITECTURES  # the registry imports the models, which import this module
-
-        choices = {"arch": tuple(ARCHITECTURES), "extraction": ("before", "after"), "embedding": ("lm_head", "input"),
+        choices = {"arch": ARCHS, "extraction": ("before", "after"), "embedding": ("lm_head", "input"),
                    "loss": ("distill", "hard", "eagle", "eagle3")}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
@@ -61,10 +61,10 @@ class DraftConfig:
     @classmethod
     def for_arch(cls, arch: str, **overrides) -> DraftConfig:
         """Each architecture's own recipe; `overrides` switch single parts (the ablations)."""
-        from clover2.drafts import ARCHITECTURES
+        from clover2.drafts import ARCHITECTURES  # the classes (their recipes), which import this module
 
-        if arch not in ARCHITECTURES:
-            raise Clover2Error(f"unknown architecture {arch!r}; known: {', '.join(ARCHITECTURES)}")
+        if arch not in ARCHS:
+            raise Clover2Error(f"unknown architecture {arch!r}; known: {', '.join(ARCHS)}")
         unknown = set(overrides) - {f.name for f in fields(cls)}
         if unknown:
             raise Clover2Error(f"unknown draft config fields: {sorted(unknown)}")
