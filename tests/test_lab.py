@@ -76,11 +76,11 @@ def test_a_seeded_variant_is_the_same_draft_with_another_training_seed(tmp_path,
     base = _lab(tmp_path)
     assert seeded("clover2-ttt7", 0) == "clover2-ttt7" and seeded("clover2-ttt7", 2) == "clover2-ttt7-seed2"
     assert unseeded("clover2-ttt7-seed2") == ("clover2-ttt7", 2) and unseeded("clover2") == ("clover2", None)
-    assert base._draft_config("clover2-ttt7-seed2") == base._draft_config("clover2-ttt7")
-    assert base._train_config("clover2-ttt7-seed2") == replace(base._train_config("clover2-ttt7"), seed=2)
+    assert base.draft_config("clover2-ttt7-seed2") == base.draft_config("clover2-ttt7")
+    assert base.train_config("clover2-ttt7-seed2") == replace(base.train_config("clover2-ttt7"), seed=2)
     assert base.draft_dir("clover2-seed1") != base.draft_dir("clover2")
     with pytest.raises(Clover2Error, match="unknown draft variant"):
-        base._draft_config("clover9-seed1")
+        base.draft_config("clover9-seed1")
 
 
 def test_seed_spread_sets_seeds_beside_prompts():

@@ -429,9 +429,9 @@ class Experiment:
         """The draft and training settings of a run: the arm's variant on the profile, with the run's
         rate, seed, budget, kept states and share of the data."""
         variant = self.design.arms[run.arm].variant
-        recipe = replace(self.lab._train_config(variant), lr=run.lr, seed=run.seed, max_steps=run.budget,
+        recipe = replace(self.lab.train_config(variant), lr=run.lr, seed=run.seed, max_steps=run.budget,
                          states=run.states, data_share=run.share, snapshots=())
-        return self.lab._draft_config(variant), recipe
+        return self.lab.draft_config(variant), recipe
 
     def records(self) -> pd.DataFrame:
         return pd.read_csv(self.runs_csv) if self.runs_csv.exists() else pd.DataFrame(columns=["run"])
@@ -622,7 +622,7 @@ class Experiment:
         env.json names the machine and the load beside it)."""
         folders = {p.name: p for p in self.publish()}
         arms = [a for a in (*self.design.primary, self.design.reference) if a in folders]
-        methods = ("ar", *(f"{self.lab._draft_config(self.design.arms[a].variant).arch}@{self.design.trees[0]}"
+        methods = ("ar", *(f"{self.lab.draft_config(self.design.arms[a].variant).arch}@{self.design.trees[0]}"
                            f"={folders[a]}" for a in arms))
         config = replace(self.lab.profile.bench, methods=methods, draft_weights="float",
                          n_per_task=self.design.n_per_task, max_new_tokens=self.design.max_new_tokens)
@@ -691,7 +691,7 @@ class Experiment:
         return out
 
     def _references(self, prompts):
-        archs = sorted({self.lab._draft_config(a.variant).arch for a in self.design.arms.values()})
+        archs = sorted({self.lab.draft_config(a.variant).arch for a in self.design.arms.values()})
         return references(self.lab.target, prompts, DecodeConfig(max_new_tokens=self.design.max_new_tokens),
                           self.root / "references.pt", layers=layers_read(self.lab.target, archs))
 

@@ -188,7 +188,7 @@ class Lab:
         """Where a variant's draft lives: the given drafts folder, or the cache keyed by everything it came from."""
         if self.drafts_given:
             return self.drafts_given / variant
-        key = stable_hash({"draft": asdict(self._draft_config(variant)), "train": asdict(self._train_config(variant)),
+        key = stable_hash({"draft": asdict(self.draft_config(variant)), "train": asdict(self.train_config(variant)),
                            "data": self.data_dir.name, "eval": self.eval_dir.name,
                            "code": code_version("decoding", "drafts", "training")})
         return cache_root() / "drafts" / self.profile.name / f"{variant}-{key}"
@@ -208,7 +208,7 @@ class Lab:
     def draft(self, variant: str) -> Path:
         """The trained draft of `variant`, training it first if needed (resumes an interrupted run).
         Its sidecar and metrics log are copied to results/<profile>/drafts/<variant>/."""
-        config, recipe, out = self._draft_config(variant), self._train_config(variant), self.draft_dir(variant)
+        config, recipe, out = self.draft_config(variant), self.train_config(variant), self.draft_dir(variant)
         if (out / SIDECAR).exists():
             meta = json.loads((out / SIDECAR).read_text())
             if not (same_config(meta.get("draft_config"), config) and same_config(meta.get("train_config"), recipe)):
@@ -222,7 +222,8 @@ class Lab:
             shutil.copyfile(out / name, keep / name)
         return out
 
-    def _draft_config(self, variant: str):
+    def draft_config(self, variant: str):
+        """A variant's draft configuration: its architecture's, with the variant's parts switched (`VARIANTS`)."""
         base, _ = unseeded(variant)
         if base not in VARIANTS:
             raise Clover2Error(f"unknown draft variant {variant!r}; known: {', '.join(VARIANTS)} "
@@ -230,9 +231,11 @@ class Lab:
         arch, overrides = VARIANTS[base]
         return self.profile.draft_config(arch, **overrides)
 
-    def _train_config(self, variant: str):
+    def train_config(self, variant: str):
+        """A variant's training configuration: the profile's for its architecture, its own switches (`TRAINING`)
+        and its training seed (`-seed<k>`)."""
         base, seed = unseeded(variant)
-        config = replace(self.profile.train_config(self._draft_config(variant).arch), **TRAINING.get(base, {}))
+        config = replace(self.profile.train_config(self.draft_config(variant).arch), **TRAINING.get(base, {}))
         return config if seed is None else replace(config, seed=seed)
 
     def metrics(self, variants: list[str], *, train: bool = False) -> pd.DataFrame:
@@ -264,7 +267,7 @@ class Lab:
         engine = self.profile.lab.engine
         models = {v: self.draft(v) for v in variants}  # trained first, outside the replays
         refs = references(self.target, prompts, DecodeConfig(max_new_tokens=max_new_tokens, engine=engine),
-                          layers=layers_read(self.target, [self._draft_config(v).arch for v in variants]))
+                          layers=layers_read(self.target, [self.draft_config(v).arch for v in variants]))
         return replayed_steps(self.target, models, prompts, refs, trees=list(trees), engine=engine)
 
     def tau(self, variants: list[str], *, tree: str = "eagle25", n_boot: int = 2000, **replay) -> pd.DataFrame:

@@ -90,7 +90,7 @@ def measure(experiment: Experiment) -> pd.DataFrame:
     drafts = timed_drafts(experiment)
     retrained = retrained_table(experiment, drafts)
     records = calibration_set(experiment.lab.profile.bench.tasks, config.calibration_per_task)
-    arch = {arm: experiment.lab._draft_config(design.arms[arm].variant).arch for arm, _ in drafts}
+    arch = {arm: experiment.lab.draft_config(design.arms[arm].variant).arch for arm, _ in drafts}
     decode = DecodeConfig(max_new_tokens=design.max_new_tokens, timed=True)  # greedy, eager engine: the fp32 exact path
     fit_config = replace(experiment.lab.profile.bench.fit, max_new_tokens=design.max_new_tokens)
     drafts_sha = [_weights_sha256(experiment.folder(run)) for run in drafts.values()]
