@@ -794,7 +794,9 @@ def _cpu_speed_note(claims: pd.DataFrame | None) -> str:
     return ("Amendment 1's claims in their CPU form: each Clover-2 faster than plain decoding (C1) and than EAGLE-1 "
             "(C2), every seed of each draft on the tree measured fastest for it here, interleaved with plain "
             "decoding prompt by prompt; the ratio is the geometric mean of paired per-prompt speed ratios, "
-            "averaged in logs over seeds, with its 95% interval over seeds and prompts; Holm over the four." + where)
+            "averaged in logs over seeds, with its 95% interval over seeds and prompts; Holm over the four decides, "
+            "so an interval that leaves out 1 can still read \"no difference shown\" where the family's correction "
+            "is stricter than the claim's own interval." + where)
 
 
 def at_edge(design: DesignConfig, grid: pd.DataFrame | None) -> list[str]:
