@@ -193,12 +193,12 @@ def load_profile(name: str | Path | None = None, settings: Sequence[str] = ()) -
     raw = with_settings(profile_yaml(path), settings)
     where = str(path) + (f" (with --set {' '.join(settings)})" if settings else "")
     _check_keys(raw, set(TOP_LEVEL) | set(SECTIONS), where)
-    from clover2.drafts import ARCHITECTURES
+    from clover2.drafts.config import ARCHS
 
     own: dict[str, dict] = {}
     for key, cls in (("train", TrainConfig), ("draft", DraftConfig)):
         shared = dict(raw.get(key) or {})
-        for arch in set(shared) & set(ARCHITECTURES):
+        for arch in set(shared) & set(ARCHS):
             mine = shared.pop(arch) or {}
             _check_keys(mine, {f.name for f in fields(cls)} - {"arch"}, f"{where} [{key}.{arch}]")
             own.setdefault(arch, {})[key] = {k: tuple(v) if isinstance(v, list) else v for k, v in mine.items()}

@@ -129,13 +129,13 @@ def test_a_decided_primary_row_gives_the_rules_reason_and_the_grid_caveat(tmp_pa
     # a bound at 1 within the bootstrap's resampling error: the fixed seed's reading, then the other side's
     assert claim.here.endswith(": EAGLE-1 ahead (its upper bound is 1 within the bootstrap's resampling error: just "
                                "above 1 it would read equivalent within 3%, the paper's smallest gain excluded)"
-                               "; 0.966 at 300 steps")  # and which way it moves with training (spread.csv)
+                               "; tau ratio 0.966 at 300 steps")  # and which way it moves with training (spread.csv)
     pd.DataFrame({"arm": ["clover2-official"] * 4 + ["eagle1"] * 3, "lr": [3e-4, 1e-3, 3e-3, 9e-3, 3e-4, 1e-3, 3e-3],
                   "dev": [1.28, 1.39, 1.46, 1.51, 1.34, 1.38, 1.35],
                   "chosen": [False, False, False, True, False, True, False]}).to_csv(results / "study/grid.csv")
     claim = next(c for c in claims(results) if c.claim.startswith("Clover-2 (official recipe)"))
     assert claim.here.endswith("smallest gain excluded); its learning rate is at the edge of its tuning grid"
-                               "; 0.966 at 300 steps")
+                               "; tau ratio 0.966 at 300 steps")
     verdicts = pd.read_csv(results / "study/verdicts.csv").assign(hi=0.995)  # clear of 1: one reading
     verdicts.to_csv(results / "study/verdicts.csv", index=False)
     claim = next(c for c in claims(results) if c.claim.startswith("Clover-2 (official recipe)"))
@@ -278,3 +278,23 @@ def test_a_part_that_helps_reproduces_the_papers_design_claim(tmp_path):
     for verdict, status in ((PART_HELPS, "reproduced"), (PART_HURTS, "not reproduced")):
         pd.DataFrame([row | {"verdict": verdict}]).to_csv(results / "study/verdicts.csv", index=False)
         assert {c.claim: c.status for c in study_claims(results)}[claim] == status
+
+
+def test_a_primary_row_says_where_training_takes_the_ratio_only_at_the_chosen_rates(tmp_path):
+    """The curve's longest point is quoted beside a primary ratio only where both arms' curves ran at their chosen
+    rates: a point trained at another rate is no reading of the same comparison."""
+    results = _copy(tmp_path)
+    pd.DataFrame([{"family": "primary", "comparison": "clover2-official / eagle1", "tree": "eagle25", "budget": 600,
+                   "ratio": 0.987, "lo": 0.974, "hi": 0.995, "p": 0.02, "p_adjusted": 0.04, "seeds": "5 vs 5",
+                   "prompts": 131, "verdict": "not reproduced: the rival ahead"}]
+                 ).to_csv(results / "study/verdicts.csv")
+    pd.DataFrame({"arm": ["clover2-official", "eagle1"], "lr": [9e-3, 1e-3], "dev": [1.5, 1.5],
+                  "chosen": [True, True]}).to_csv(results / "study/grid.csv")
+    curve = pd.DataFrame({"arm": ["clover2-official", "eagle1"], "lr": [9e-3, 1e-3], "budget": [1200, 1200],
+                          "share": [1.0, 1.0], "tau": [1.81, 1.80]})
+    curve.to_csv(results / "study/curve.csv")
+    row = next(c for c in claims(results) if c.claim.startswith("Clover-2 (official recipe) predicts more"))
+    assert row.here.endswith("; tau ratio 0.966 at 300 steps, 1.006 at 1,200 (seed 0)")
+    curve.assign(lr=[3e-3, 1e-3]).to_csv(results / "study/curve.csv")  # the official curve at another rate
+    row = next(c for c in claims(results) if c.claim.startswith("Clover-2 (official recipe) predicts more"))
+    assert row.here.endswith("; tau ratio 0.966 at 300 steps")

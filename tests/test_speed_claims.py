@@ -121,7 +121,7 @@ def test_an_output_that_is_not_plain_decodings_is_refused_unless_it_parts_at_a_n
     where the kernels' float rounding (a verification's many rows against plain decoding's one) may break the
     tie either way: that one is kept and counted."""
     rows = pd.DataFrame({"method": ["ar", "pld", "clover2@chain2=c2-s0"], "prompt": [0, 0, 0],
-                         "identical": [1, 1, 0], "difference": ["", "", "3:17:29"]})
+                         "identical": [1, 1, 0], "difference": ["", "", "3:17:29"], "new_tokens": [8, 8, 7]})
     with pytest.raises(Clover2Error, match=r"1 outputs on 1 prompts are not token-identical.*clover2@chain2=c2-s0"):
         speed.near_ties(rows, "the evaluation", {0: [1, 2]}, None, None)  # no target to look: no tie to grant
     assert speed.near_ties(rows.assign(identical=1.0), "the evaluation", {0: [1, 2]}, None, None).empty
@@ -131,7 +131,8 @@ def test_an_output_that_is_not_plain_decodings_is_refused_unless_it_parts_at_a_n
     gap = speed.NEAR_TIE / 2
     ties = speed.near_ties(rows, "the evaluation", {0: [1, 2]}, object(), DecodeConfig())
     assert gaps == [([1, 2], 3, 17, 29)] and ties.to_dict("records") == [
-        {"method": "clover2@chain2=c2-s0", "prompt": 0, "position": 3, "plain_token": 17, "token": 29, "gap": gap}]
+        {"method": "clover2@chain2=c2-s0", "prompt": 0, "position": 3, "plain_token": 17, "token": 29, "gap": gap,
+         "new_tokens": 7, "plain_new_tokens": 8}]  # the tie shortened the output: both lengths, to see it
     gap = 0.5  # a real gap: a bug, named with where it parted
     with pytest.raises(Clover2Error, match=r"not at a near tie \(clover2@chain2=c2-s0 on prompt 0 \(token 3"):
         speed.near_ties(rows, "the evaluation", {0: [1, 2]}, object(), DecodeConfig())
@@ -162,7 +163,7 @@ def test_a_prompt_timed_under_load_is_timed_again_once_on_its_own(monkeypatch):
     target = tiny_target("llama")
     methods = [make_method(m, target, DecodeConfig(max_new_tokens=4)) for m in ("ar", "pld")]
     real, calls = speed.interleaved, []
-    loads = iter([{0: 0.3, 1: 0.0}, {0: 0.2}])  # prompt 0 busy, then busy again; prompt 1 idle
+    loads = iter([{0: 0.0, 1: 0.3}, {1: 0.2}])  # prompt 1 busy, then busy again; prompt 0 idle
 
     def loaded(methods, prompts, **kw):
         calls.append((list(prompts), kw["rotate_from"]))
@@ -171,8 +172,8 @@ def test_a_prompt_timed_under_load_is_timed_again_once_on_its_own(monkeypatch):
     monkeypatch.setattr(speed, "interleaved", loaded)
     with pytest.warns(UserWarning, match="1 prompt\\(s\\) of prompts 0-1: timing them again, once"):
         runs, first, load, ties = speed.evaluate(methods, {0: [1, 2, 3], 1: [4, 5]}, {0: "qa", 1: "qa"}, 0.05)
-    assert calls == [([0, 1], 0), ([0], 0)]  # only the busy prompt, at its own place in the rotation
-    assert runs.prompt.tolist() == [0, 0, 1, 1] and first.prompt.tolist() == [0, 0] and ties.empty
+    assert calls == [([0, 1], 0), ([1], 1)]  # only the busy prompt, at its own place in the rotation
+    assert runs.prompt.tolist() == [0, 0, 1, 1] and first.prompt.tolist() == [1, 1] and ties.empty
     assert load == {"other_load": pytest.approx(0.1), "timed_again": True, "prompts_timed_again": 1,
                     "prompts_still_contended": 1, "contended": True}
 
@@ -207,6 +208,7 @@ def test_the_stage_keeps_its_kernel_plan_and_each_arms_calibration_for_a_resumed
     monkeypatch.setattr(speed, "with_kernels", lambda *a, **kw: pytest.fail("measured again on a resume"))
     again, curve2, check2 = speed.stage_kernels(target, "auto", tmp_path)
     assert again.kernel_plan.kernels == first.kernel_plan.kernels and check2 == check
+    assert again.kernel_record()["timings"] == first.kernel_record()["timings"] and again.kernels == "auto"
     pd.testing.assert_frame_equal(curve2, pd.read_csv(tmp_path / "cost_curve.csv"))
     assert target.kernel_plan.kernels == ("stock",) * len(target.kernel_plan.kernels)  # the study's own: untouched
     drafts = {arm: (arch, build_draft(DraftConfig.for_arch(arch), target).eval())
@@ -279,7 +281,8 @@ def test_a_tiny_study_times_its_claims_last_training_a_missing_seed_again_withou
     assert set(pd.read_csv(out / "speedups.csv").arm) == {"pld", "suffix", "c2", "e1", "suffix+c2", "suffix+e1"}
     assert env["kernels"]["mode"] == "auto" and env["kernel_plan"] and env["commit"] == claimed.commit
     assert env["evaluation"]["timed_again"] == ("timings-contended.csv" in written) and env["retrained"] == [lost.name]
-    assert env["near_ties"] == 0 and env["retrained_tau_difference"] == 0 and not speed.retrained_csv(claimed).exists()
+    assert env["near_ties"] == 0 and env["retrained_tau_difference"] == 0
+    assert pd.read_csv(speed.retrained_csv(claimed)).run.tolist() == [lost.name]  # the record stays with the draft
     assert not claimed.next_step()  # the stage was the last thing to do
     # an output that is not plain decoding's stops the stage, and nothing is written
     shutil.rmtree(out)
@@ -326,3 +329,47 @@ def test_the_methods_order_rotates_on_across_the_evaluations_chunks(monkeypatch)
     speed.evaluate(methods, {p: [1, 2, 3 + p] for p in range(5)}, dict.fromkeys(range(5), "qa"), 0.05)
     firsts = [calls[3 * p] for p in range(5)]  # each prompt's first method
     assert firsts == ["ar", "pld", "suffix", "ar", "pld"]
+
+
+def test_a_draft_trained_again_is_remembered_even_if_its_replay_is_cut_short(monkeypatch, tmp_path):
+    """The retrained draft's row is written before its training: a process stopped between the training and the
+    replay finishes the replay next time, rather than finding the weights and forgetting they were trained again."""
+    from types import SimpleNamespace
+
+    from clover2.research.design import Run
+
+    run = Run("e1", 1e-3, 1, 6)
+    folder = tmp_path / run.name
+    calls = []
+
+    def train(r, record=True):
+        calls.append(("train", r.name, record))
+        folder.mkdir(parents=True)
+        (folder / "draft.safetensors").write_bytes(b"w")
+        (folder / "draft.json").write_text(json.dumps({"weights_sha256": "fresh"}))
+
+    def replayed(target, drafts, prompts, refs, trees):
+        calls.append(("replay", *drafts))
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # stopped during the first replay
+        return pd.DataFrame({"draft": [run.name], "tokens": [30], "steps": [20]})
+
+    pd.DataFrame({"run": [run.name], "tree": ["eagle25"], "tokens": [30], "steps": [20]}).to_csv(
+        tmp_path / "replays.csv", index=False)
+    experiment = SimpleNamespace(root=tmp_path, folder=lambda r: tmp_path / r.name, train=train,
+                                 design=SimpleNamespace(trees=("eagle25",)), prompts=lambda: [("qa", [1, 2])],
+                                 lab=SimpleNamespace(target=None), _references=lambda prompts: None,
+                                 replays_csv=tmp_path / "replays.csv",
+                                 records=lambda: pd.DataFrame({"run": [run.name], "weights_sha256": ["old"]}))
+    monkeypatch.setattr(speed, "timed_drafts", lambda e: {("e1", 1): run})
+    monkeypatch.setattr(speed, "replayed_steps", replayed)
+    with pytest.raises(KeyboardInterrupt):
+        speed.retrain_next(experiment)
+    pending = pd.read_csv(speed.retrained_csv(experiment))
+    assert pending.run.tolist() == [run.name] and pending.fresh_tau.isna().all()
+    assert speed.retrain_next(experiment) and calls == [("train", run.name, False), ("replay", run.name),
+                                                        ("replay", run.name)]  # not trained twice
+    done = pd.read_csv(speed.retrained_csv(experiment)).iloc[0]
+    assert (done.fresh_tau, done.committed_tau, done.fresh_weights_sha256, done.committed_weights_sha256) == (
+        1.5, 1.5, "fresh", "old")
+    assert not speed.retrain_next(experiment)  # nothing left

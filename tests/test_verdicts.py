@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 import pytest
 
 from clover2.errors import Clover2Error
-from clover2.research.design import Arm, DesignConfig
+from clover2.research.design import Arm, DesignConfig, SpeedConfig
 from clover2.research.verdicts import (
     bootstrap,
     cells,
@@ -148,7 +150,7 @@ def test_fits_above_the_trees_largest_tau_are_left_out_of_the_range():
     points = pd.DataFrame({"arm": "c2", "tokens": tokens, "tau": 1 + 0.001 * tokens ** 0.5})  # tau - 1 grows fast
     free, capped = curve_fits(points, at=1.18e9).iloc[0], curve_fits(points, at=1.18e9, ceiling=6).iloc[0]
     assert free.at_budget_power_law > 6 and free.above_ceiling == 0
-    assert np.isnan(capped.at_budget_power_law) and capped.above_ceiling == 1 and capped.range_hi <= 6
+    assert np.isinf(capped.at_budget_power_law) and capped.above_ceiling == 1 and capped.range_hi <= 6
 
 
 def test_the_extra_tokens_ratio_and_the_per_task_ratios_sit_beside_each_comparison():
@@ -280,9 +282,11 @@ def test_the_page_gives_the_primary_pair_in_words_and_the_rest_in_one_table():
     assert "| c2 | 3 | 3.00 | 4.00 | +20% | 1.100 | 1.010 |" in text.split("## tau at the paper's budget")[1]
     assert "(from four points; each curve here has 3) a saturating one" in text
     assert "| tau at 1.18B tokens, log-linear | tau at 1.18B tokens, power law |" in text  # one column a form
-    capped = fits.assign(at_budget_power_law=[np.nan], range_hi=[3.0], above_ceiling=[1])  # read above the tree's most
+    capped = fits.assign(at_budget_power_law=[np.inf], range_hi=[3.0], above_ceiling=[1])  # read above the tree's most
     text = page(DESIGN, {**tables, "fits": capped}, status, machine="cpu", commits="abc")
     assert "| c2 | 3 | 3.00 | above 6 |" in text and "above the tree's largest tau (6) is no value" in text
+    unfitted = fits.assign(at_budget_power_law=[np.nan])  # a form that could not be fitted: no value, not "above"
+    assert "| c2 | 3 | 3.00 |  |" in page(DESIGN, {**tables, "fits": unfitted}, status, machine="cpu", commits="abc")
     assert "## Data or repetition" in page(DESIGN, {**tables, "data": data}, status, machine="cpu", commits="abc")
     drawn = page(DESIGN, tables, status, machine="cpu", commits="abc", figures={"verdicts": "figures/forest.png"})
     assert "```{figure} figures/forest.png\n:name: study-forest" in drawn and "rules from before it" not in drawn
@@ -369,8 +373,13 @@ def test_the_pair_speed_section_names_each_draft_its_ratio_to_the_reference_and_
     section = text.split("## Speed of the primary pair")[1].split("##")[0]
     assert "on a test CPU, code at abc1234; plain decoding 20.0 tokens/s" in section and "131 prompts" in section
     assert "No other job loaded the machine" in section and "intervals over prompts only" in section
-    assert "speed is measured last" not in text
-    assert "speed is measured last" in page(DESIGN, {}, status, machine="cpu", commits="abc")  # every run done
+    assert "timed last" not in text  # a design without speed claims: nothing is left to time
+    claims_design = replace(DESIGN, speed_claims=SpeedConfig())
+    assert "The speed claims are timed last" in page(claims_design, {}, status, machine="cpu", commits="abc")
+    done = {"speed_claims": pd.DataFrame({"claim": ["C1"], "comparison": ["c2 / plain decoding"], "ratio": [1.1],
+                                          "lo": [1.0], "hi": [1.2], "p_holm": [0.01], "seeds": ["5"],
+                                          "verdict": ["faster"]})}  # every run done, and the claims timed
+    assert "timed last" not in page(claims_design, done, status, machine="cpu", commits="abc")
     flagged = page(DESIGN, {"speed": table.assign(contended=True)}, status, machine="cpu", commits="abc")
     assert "flagged, not evidence" in flagged
 
@@ -405,8 +414,6 @@ def test_the_page_shows_the_speed_claims_in_their_cpu_form_with_the_fits_predict
 def test_the_machine_replicate_stands_beside_its_original_and_the_seed_spread():
     """One seed trained again on another CPU kind: its tau beside the first run's on the same prompts, in
     units of the arm's seed-to-seed standard deviation, on the page's findings and in a table of its own."""
-    from dataclasses import replace
-
     from clover2.research.verdicts import analyze, page
 
     design = replace(DESIGN, replicate=("e1", 1))
@@ -467,8 +474,6 @@ def test_the_power_rule_adds_seeds_only_where_the_first_seeds_cannot_find_a_3pc_
     """Amendment 1: after EAGLE-3's first three seeds, the power of each primary comparison with it to find a
     3% difference at Holm's strictest step; below 80% its two extra seeds join the plan (and the verdicts wait
     for them). Read on the first seeds alone, so the seeds it adds do not decide it again."""
-    from dataclasses import replace
-
     from clover2.research.design import plan
     from clover2.research.verdicts import detection_power, power_rule, with_power_rule
 
@@ -510,8 +515,6 @@ def test_the_power_rule_adds_seeds_only_where_the_first_seeds_cannot_find_a_3pc_
 def test_holm_counts_a_familys_planned_comparisons_and_a_part_that_helps_reads_so():
     """A family's Holm correction counts every comparison the design plans (one not replayed yet at p = 1),
     so a verdict never loosens as the others arrive; a part whose removal costs tokens per step "helps"."""
-    from dataclasses import replace
-
     from clover2.research.verdicts import PART_HELPS
 
     rep = replays({"c2": 1.9, "e1": 1.8, "m": 1.8, "np": 1.8}, seeds={"c2": 5, "e1": 5, "m": 3, "np": 3})
@@ -549,15 +552,16 @@ def test_the_single_stream_bootstraps_primary_intervals_are_shown_once_beside_th
 def test_the_primary_familys_p_is_adjusted_as_its_intervals_are_by_bonferroni():
     """Two primaries read 97.5% intervals: their adjusted p is Bonferroni's 2p, so that it falls below 5%
     exactly when the interval leaves out 1 (a Holm p beside a Bonferroni interval could disagree with it)."""
-    from dataclasses import replace
-
     design = replace(DESIGN, arms=DESIGN.arms | {"c2o": Arm("clover2", lrs=(1e-3,), seeds=5)}, primary=("c2o", "c2"))
     dev = DEV | {("c2o", 1e-3): 1.5}
-    rep = replays({"c2": 1.9, "c2o": 1.78, "e1": 1.8, "m": 1.6}, seeds={"c2": 5, "c2o": 5, "e1": 5, "m": 3})
+    rep = replays({"c2": 1.9, "c2o": 1.795, "e1": 1.8, "m": 1.6}, seeds={"c2": 5, "c2o": 5, "e1": 5, "m": 3})
     out = verdicts(design, cells(rep, design, dev))
-    primary = out[out.family == "primary"]
+    primary = out[out.family == "primary"].set_index("comparison")
     assert len(primary) == 2 and (primary.level == 0.975).all()
     np.testing.assert_allclose(primary.p_adjusted, np.minimum(1.0, 2 * primary.p))
+    near = primary.loc["c2o / e1"]  # a moderate p, where Holm (its p alone, as the larger) would differ
+    assert 0.01 < near.p < 0.5 and near.p_adjusted == pytest.approx(min(1.0, 2 * near.p)) != near.p
+    assert near.lo <= 1 <= near.hi and not primary.loc["c2 / e1"].lo <= 1 <= primary.loc["c2 / e1"].hi
     for r in primary.itertuples():
         assert (r.p_adjusted < 0.05) == (not r.lo <= 1 <= r.hi)
 

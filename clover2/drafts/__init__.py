@@ -5,7 +5,7 @@ To add an architecture: subclass `DraftModel` in a module of its own (its `recip
 its `trunk` and `head_step`, which training and decoding share), then register it below and name it in
 `clover2.drafts.config.ARCHS`. The CLI, the profiles, the benchmark's method specs and the notebooks all
 take their names from there. The classes load on first use (they need torch; the names do not), so that
-the command line's help and a profile's checks start without it.
+the command line's help starts without it.
 """
 
 from __future__ import annotations
@@ -16,14 +16,18 @@ from clover2.drafts.config import ARCHS
 
 _MODULES = {"DraftModel": "base", "Clover2Draft": "clover", "Clover1Draft": "clover", "Eagle1Draft": "eagle",
             "Eagle3Draft": "eagle3", "Medusa1Draft": "medusa"}  # each class by the module that defines it
-_REGISTERED = ("Clover2Draft", "Clover1Draft", "Eagle1Draft", "Eagle3Draft", "Medusa1Draft")
+__all__ = ["ARCHITECTURES", "ARCHS", "build_draft", *_MODULES]
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
 
 
 def __getattr__(name: str):
     if name in _MODULES:
         return getattr(importlib.import_module(f"clover2.drafts.{_MODULES[name]}"), name)
     if name == "ARCHITECTURES":  # arch name -> class, in ARCHS' order
-        classes = {cls.arch: cls for cls in map(__getattr__, _REGISTERED)}
+        classes = {cls.arch: cls for cls in map(__getattr__, _MODULES) if cls.__name__ != "DraftModel"}
         registry = {arch: classes[arch] for arch in ARCHS}
         globals()["ARCHITECTURES"] = registry
         return registry
@@ -32,4 +36,5 @@ def __getattr__(name: str):
 
 def build_draft(config, target, *, d2t=None):
     """A fresh draft of `config.arch` for `target`, initialized as its official code does."""
-    return __getattr__("ARCHITECTURES")[config.arch].from_target(config, target, d2t=d2t)
+    registry = globals().get("ARCHITECTURES") or __getattr__("ARCHITECTURES")
+    return registry[config.arch].from_target(config, target, d2t=d2t)

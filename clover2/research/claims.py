@@ -229,7 +229,7 @@ def _with_training(study: Path, design: DesignConfig, arm: str, row) -> str:
         s = spread[(spread.budget == design.budgets[0]) & (spread.share == 1) & (spread.tree == "eagle25")] \
             .set_index("arm").tau
         if {arm, design.reference} <= set(s.index):
-            moves.append(f"{s[arm] / s[design.reference]:.3f} at {design.budgets[0]} steps")
+            moves.append(f"tau ratio {s[arm] / s[design.reference]:.3f} at {design.budgets[0]} steps")
     if not curve.empty and not grid.empty and design.curve:
         chosen = grid[grid.chosen].set_index("arm").lr
         c = curve[(curve.budget == max(design.curve)) & (curve.share == 1)].set_index("arm")

@@ -74,6 +74,7 @@ PLAIN = "ar"  # plain decoding: what every speedup is measured against, on the s
 BASELINES = ("pld", "suffix")  # the training-free methods timed beside the drafts
 TIMINGS = ["prompt", "task", "method", "arm", "seed", "tree", "seconds", "new_tokens", "steps", "step_tokens", "tau",
            "identical", "other_load", "decode_s", "draft_share"]  # timings.csv's columns
+WORK_FORMAT = 2  # the layout of an interrupted stage's folder: a folder of another layout is never resumed
 RETRAINED = ["arm", "seed", "run", "tree", "committed_tau", "fresh_tau", "committed_weights_sha256",
              "fresh_weights_sha256"]  # retrained.csv's columns
 
@@ -94,8 +95,10 @@ def measure(experiment: Experiment) -> pd.DataFrame:
     decode = DecodeConfig(max_new_tokens=design.max_new_tokens, timed=True)  # greedy, eager engine: the fp32 exact path
     fit_config = replace(experiment.lab.profile.bench.fit, max_new_tokens=design.max_new_tokens)
     drafts_sha = [_weights_sha256(experiment.folder(run)) for run in drafts.values()]
-    work = experiment.root / f"speed-cpu-work-{stable_hash([machine()['cpu_name'], sorted(drafts_sha)])}"
-    work.mkdir(parents=True, exist_ok=True)  # what an interrupted stage keeps: this CPU, these drafts
+    # what an interrupted stage keeps, for this CPU, these drafts, these settings and this layout of its files
+    work = experiment.root / ("speed-cpu-work-" + stable_hash([WORK_FORMAT, machine()["cpu_name"], sorted(drafts_sha),
+                                                               asdict(config), design.max_new_tokens]))
+    work.mkdir(parents=True, exist_ok=True)
     threads = torch.get_num_threads()
     torch.set_num_threads(config.threads or len(os.sched_getaffinity(0)))
     try:
@@ -124,7 +127,8 @@ def measure(experiment: Experiment) -> pd.DataFrame:
             "calibration_prompts": dict(Counter(r.category for r in records)),
             "calibration_other_load": float(calibration.other_load.mean()), "evaluation": load,
             "prompts": len(prompts), "max_new_tokens": design.max_new_tokens, "n_boot": design.n_boot,
-            "near_ties": len(ties), "calibration_near_ties": int(calibration.near_ties.sum()),
+            "near_ties": int((ties.timing == "kept").sum()) if len(ties) else 0,
+            "calibration_near_ties": int(calibration.near_ties.sum()),
             "drafts": {f"{arm}-s{seed}": {"run": run.name, "weights_sha256": _weights_sha256(experiment.folder(run))}
                        for (arm, seed), run in drafts.items()},
             "retrained": retrained.run.tolist(),
@@ -141,8 +145,7 @@ def measure(experiment: Experiment) -> pd.DataFrame:
         write_csv(tmp / "retrained.csv", retrained)
         write_csv(tmp / "claims.csv", out)
         write_json(tmp / "env.json", env)
-    shutil.rmtree(work)  # written: nothing left to resume
-    retrained_csv(experiment).unlink(missing_ok=True)
+    shutil.rmtree(work)  # written: nothing left to resume (the retrained drafts' record stays, as the drafts do)
     return out
 
 
@@ -150,17 +153,19 @@ def stage_kernels(target: Target, mode: str, work: Path) -> tuple[Target, pd.Dat
     """A copy of the target on `mode`'s kernels for the whole stage (the study's own target keeps the stock kernels
     its replays decode with), its verification cost curve and what checking it found (`checked_cost_curves`).
     `auto` measures the kernels afresh on the idle machine at the stage's start (a cached plan may date from a
-    busier hour); the plan and curve are kept in `work`, so that a resumed stage times on the very plan its first
-    prompts were timed on."""
-    copy_ = replace(target, model=copy.deepcopy(target.model))
-    if (work / "kernels.json").exists():
+    busier hour); the plan, the timings it was chosen from and the curve are kept in `work`, so that a resumed
+    stage times on the very plan its first prompts were timed on. A forced kernel needs no measurement."""
+    staged = replace(target, model=copy.deepcopy(target.model))
+    if mode == "auto" and (work / "kernels.json").exists():
         kept = json.loads((work / "kernels.json").read_text())
-        install(copy_.model, KernelPlan(tuple(kept["kernels"]), source="measured at the stage's start"))
-        return replace(copy_, kernels=mode), pd.read_csv(work / "cost_curve.csv"), kept["check"]
-    staged = with_kernels(copy_, mode, fresh=True)
+        install(staged.model, KernelPlan(tuple(kept["kernels"]), source="measured at the stage's start"))
+        staged.model.kernel_timings = kept["timings"]
+        return replace(staged, kernels=mode), pd.read_csv(work / "cost_curve.csv"), kept["check"]
+    staged = with_kernels(staged, mode, fresh=mode == "auto")
     curves, check = checked_cost_curves(staged, ["eager"])
     write_csv(work / "cost_curve.csv", curves["eager"])
-    write_json(work / "kernels.json", {"kernels": list(staged.kernel_plan.kernels), "check": check})
+    write_json(work / "kernels.json", {"kernels": list(staged.kernel_plan.kernels), "check": check,
+                                       "timings": getattr(staged.model, "kernel_timings", [])})
     return staged, curves["eager"], check
 
 
@@ -194,32 +199,47 @@ def retrained_csv(experiment: Experiment) -> Path:
 def retrain_next(experiment: Experiment) -> bool:
     """Train again the first timed draft whose weights are not in this machine's cache (the same rate, seed and
     data; runs.csv keeps the row of the run it repeats), replay it on the design's first tree, untimed, with the
-    study's own target, and add its fresh tau and weights' SHA-256 beside the committed ones to `retrained_csv`
-    (a different machine may round differently). Says whether there was one: `clover2 study run` trains these one
-    step at a time before the stage, which alone needs the machine to itself."""
+    study's own target, and set its fresh tau and weights' SHA-256 beside the committed ones in `retrained_csv`
+    (a different machine may round differently). Its row is written before the training, fresh tau empty, so that
+    a process stopped between the training and the replay finishes the replay next time instead of forgetting the
+    draft was trained again. Says whether there was one: `clover2 study run` trains these one step at a time
+    before the stage, which alone needs the machine to itself."""
+    path = retrained_csv(experiment)
+    kept = pd.read_csv(path) if path.exists() else pd.DataFrame(columns=RETRAINED)
+    pending = set(kept[kept.fresh_tau.isna()].run)
     drafts = timed_drafts(experiment)
-    missing = [(key, run) for key, run in drafts.items() if not (experiment.folder(run) / WEIGHTS).exists()]
-    if not missing:
+    todo = [(key, run) for key, run in drafts.items()
+            if run.name in pending or not (experiment.folder(run) / WEIGHTS).exists()]
+    if not todo:
         return False
-    (arm, seed), run = missing[0]
-    if (experiment.folder(run) / SIDECAR).exists():
-        raise Clover2Error(f"{experiment.folder(run)} holds a {SIDECAR} but no weights: remove the folder, and "
-                           "the speed claims train the run again")
-    print(f"{run.name}: its draft is not in this machine's cache; training it again for the speed claims", flush=True)
-    experiment.train(run, record=False)
-    tree, prompts = experiment.design.trees[0], experiment.prompts()
+    (arm, seed), run = todo[0]
+    tree = experiment.design.trees[0]
+    row = {"arm": arm, "seed": seed, "run": run.name, "tree": tree,
+           "committed_weights_sha256": experiment.records().set_index("run").weights_sha256[run.name]}
+    if not (experiment.folder(run) / WEIGHTS).exists():
+        if (experiment.folder(run) / SIDECAR).exists():
+            raise Clover2Error(f"{experiment.folder(run)} holds a {SIDECAR} but no weights: remove the folder, and "
+                               "the speed claims train the run again")
+        kept = _with_row(path, kept, row)  # trained again: said before the training starts
+        print(f"{run.name}: its draft is not in this machine's cache; training it again for the speed claims",
+              flush=True)
+        experiment.train(run, record=False)
+    prompts = experiment.prompts()
     fresh = replayed_steps(experiment.lab.target, {run.name: experiment.folder(run)}, prompts,
                            experiment._references(prompts), trees=[tree])
     committed = pd.read_csv(experiment.replays_csv)
     old = committed[(committed.run == run.name) & (committed.tree == tree)]
-    row = {"arm": arm, "seed": seed, "run": run.name, "tree": tree,
-           "committed_tau": old.tokens.sum() / old.steps.sum(), "fresh_tau": fresh.tokens.sum() / fresh.steps.sum(),
-           "committed_weights_sha256": experiment.records().set_index("run").weights_sha256[run.name],
-           "fresh_weights_sha256": _weights_sha256(experiment.folder(run))}
-    path = retrained_csv(experiment)
-    kept = pd.read_csv(path) if path.exists() else pd.DataFrame(columns=RETRAINED)
-    write_csv(path, pd.concat([kept[kept.run != run.name], pd.DataFrame([row])], ignore_index=True)[RETRAINED])
+    _with_row(path, kept, row | {"committed_tau": old.tokens.sum() / old.steps.sum(),
+                                 "fresh_tau": fresh.tokens.sum() / fresh.steps.sum(),
+                                 "fresh_weights_sha256": _weights_sha256(experiment.folder(run))})
     return True
+
+
+def _with_row(path: Path, kept: pd.DataFrame, row: dict) -> pd.DataFrame:
+    """`retrained_csv` with `row` in place of the run's earlier one, written."""
+    out = pd.concat([kept[kept.run != row["run"]], pd.DataFrame([row])], ignore_index=True).reindex(columns=RETRAINED)
+    write_csv(path, out)
+    return out
 
 
 def retrained_table(experiment: Experiment, drafts: dict[tuple[str, int], Run]) -> pd.DataFrame:
@@ -335,8 +355,9 @@ def evaluate(methods: list[Method], prompts: dict[int, list[int]], categories: d
     chunk is kept there (timings.partial.csv, contended.partial.csv for the first timings of prompts timed again,
     near-ties.partial.csv), and a later call skips the prompts already timed: an interrupted evaluation resumes.
     Returns the timings, the first timings of the prompts timed again (else None), the load's record for
-    env.json, and the near ties."""
-    names = ("timings.partial.csv", "contended.partial.csv", "near-ties.partial.csv")
+    env.json, and the near ties (`timing`: in the timings kept, or in a first timing under load)."""
+    names = ("contended.partial.csv", "near-ties.partial.csv", "timings.partial.csv")  # written in this order: the
+    # timings, which mark a chunk done, last, so that a stop between writes never keeps a chunk without the rest
     kept = {name: pd.read_csv(work / name) if work is not None and (work / name).exists() else pd.DataFrame()
             for name in names}
     done = set(kept["timings.partial.csv"].get("prompt", []))
@@ -346,16 +367,17 @@ def evaluate(methods: list[Method], prompts: dict[int, list[int]], categories: d
         chunk = {p: prompts[p] for p in todo[start:start + CHUNK]}
         runs, first = _timed_alone(methods, chunk, categories, contended_share, f"prompts {min(chunk)}-{max(chunk)}",
                                    rotate_from=position[next(iter(chunk))])
-        ties = pd.concat([near_ties(df, f"prompts {min(chunk)}-{max(chunk)}", prompts, target, decode)
-                          for df in (runs, first) if df is not None], ignore_index=True)
-        for name, df in zip(names, (runs, first, ties)):
+        ties = pd.concat([near_ties(df, f"prompts {min(chunk)}-{max(chunk)}", prompts, target, decode).assign(
+            timing=timing) for df, timing in ((runs, "kept"), (first, "first, under load")) if df is not None],
+            ignore_index=True)
+        for name, df in zip(names, (first, ties, runs)):
             if df is not None and len(df):
                 kept[name] = pd.concat([kept[name], df], ignore_index=True)
         if work is not None:
             for name, df in kept.items():
                 if len(df):
                     write_csv(work / name, df)
-    runs, first, ties = (kept[name] for name in names)
+    first, ties, runs = (kept[name] for name in names)
     loads = runs.groupby("prompt").other_load.first() if len(runs) else pd.Series(dtype=float)
     return runs, first if len(first) else None, {
         "other_load": float(loads.mean()), "timed_again": bool(len(first)),
@@ -395,6 +417,8 @@ def near_ties(runs: pd.DataFrame, where: str, prompts: dict[int, list[int]], tar
     (speculative decoding is lossless on the fp32 exact path, and a speed measured on other tokens is no speed
     of the same work): an error, naming it."""
     bad = runs[runs.identical != 1]
+    plain = (runs[runs.method == PLAIN].set_index("prompt").new_tokens.to_dict()
+             if "new_tokens" in runs and (runs.method == PLAIN).any() else {})
     rows = []
     for r in bad.itertuples():
         position, expected, got = (int(x) for x in str(r.difference).split(":")) if ":" in str(r.difference) \
@@ -402,8 +426,10 @@ def near_ties(runs: pd.DataFrame, where: str, prompts: dict[int, list[int]], tar
         gap = (_gap(target, prompts[r.prompt], position, expected, got, decode)
                if target is not None and min(position, expected, got) >= 0 else math.inf)
         rows.append({"method": r.method, "prompt": r.prompt, "position": position, "plain_token": expected,
-                     "token": got, "gap": gap})
-    out = pd.DataFrame(rows, columns=["method", "prompt", "position", "plain_token", "token", "gap"])
+                     "token": got, "gap": gap, "new_tokens": getattr(r, "new_tokens", math.nan),
+                     "plain_new_tokens": plain.get(r.prompt, math.nan)})
+    out = pd.DataFrame(rows, columns=["method", "prompt", "position", "plain_token", "token", "gap", "new_tokens",
+                                      "plain_new_tokens"])  # a tie can change the length: both, to see it
     wrong = out[~(out.gap < NEAR_TIE)]
     if len(wrong):
         named = ", ".join(f"{r.method} on prompt {r.prompt}" + (f" (token {r.position}, logits {r.gap:.2g} apart)"

@@ -82,7 +82,8 @@ def write_report(experiment: Experiment) -> dict[str, pd.DataFrame]:
                  + ": a rate its grid no longer chooses; the learning curve reads those at its own rate)")
     write_csv(results / "status.csv", status)  # the plan's every run and its state: the front page counts it
     downloads = sorted(str(p.relative_to(results)) for p in (*results.glob("*.csv"), *results.glob("speed*/*.csv"),
-                                                             *experiment.published().glob("*/draft.*")))
+                                                             *experiment.published().glob("*/draft.*"))
+                       if "speed" in tables or not p.is_relative_to(experiment.speed_dir))  # not a superseded run
     write_page(results, design, tables, status, machine=cpus, commits=commits,
                amended=design is experiment.design, downloads=downloads)
     return tables

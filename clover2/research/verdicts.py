@@ -1,6 +1,6 @@
 """The designed study's statistics (book/protocol.md): tau ratios with intervals over training seeds and
-prompts together, Holm's correction within each family, the protocol's decision rules, the power the
-finished seeds give, and the learning curve's fits.
+prompts together, each family's correction (Bonferroni for the primary pair, Holm's for the others), the
+protocol's decision rules, the power the finished seeds give, and the learning curve's fits.
 
 `cells` turns the replays (`clover2.research.design`, `replays.csv`) into one (seeds x prompts) table
 of tokens and of target forwards per arm, budget, share of the data and tree. `bootstrap` resamples
@@ -62,9 +62,9 @@ def cells(replays: pd.DataFrame, design: DesignConfig, dev: dict, *, curve: bool
     arm's chosen rate, or the curve's pinned one; `curve`: the curve's at every budget), as a Cell whose
     prompts are in one order for all (a cell missing a prompt another has is an error: a replay interrupted
     between prompts). Rows of arms the design does not have (a machine replicate) are left out."""
-    rate = {key: run_lr(design, key[0], dev, budget=int(key[1]), share=float(key[2]), curve=curve)
+    lrs = {key: run_lr(design, key[0], dev, budget=int(key[1]), share=float(key[2]), curve=curve)
             for key in set(zip(replays.arm, replays.budget, replays.share)) if key[0] in design.arms}
-    r = replays[[math.isclose(lr, rate.get(key) or -1)
+    r = replays[[math.isclose(lr, lrs.get(key) or -1)
                  for key, lr in zip(zip(replays.arm, replays.budget, replays.share), replays.lr)]]
     prompts = sorted(set(r.prompt))
     out = {}
@@ -216,6 +216,11 @@ def comparisons(design: DesignConfig, table: dict[Key, Cell], *, planned: bool =
 WAITS = "waits for its seeds"  # the verdict of a comparison whose arms have not finished their planned seeds
 
 
+def primary_level(design: DesignConfig) -> float:
+    """The primary family's interval level: 95% shared by its comparisons (Bonferroni)."""
+    return 1 - 0.05 / len(design.primary)
+
+
 def verdicts(design: DesignConfig, table: dict[Key, Cell], *, seed: int = 0) -> pd.DataFrame:
     """Every comparison the finished replays allow, one row each: its family, ratio, interval (97.5% for
     the primary family's two, Bonferroni; 95% otherwise), p-value, adjusted as the interval is
@@ -229,7 +234,7 @@ def verdicts(design: DesignConfig, table: dict[Key, Cell], *, seed: int = 0) -> 
             if isinstance(k[0], tuple):  # a ratio of two cells
                 return source[k[0]] / source[k[1]]
             return source[k]
-        level = 1 - 0.05 / len(design.primary) if c["family"] == "primary" else 0.95
+        level = primary_level(design) if c["family"] == "primary" else 0.95
         num, den = c["num"], c["den"]
         stats = compare(value(num, point) / value(den, point), value(num, draws) / value(den, draws), level)
         first = num[0] if isinstance(num[0], tuple) else num
@@ -275,7 +280,7 @@ def weighting(design: DesignConfig, table: dict[Key, Cell], *, seen: Sequence[in
     column): descriptive, the verdict stays the pooled one's. One row per comparison at the main budget on the
     first tree, each ratio with its interval at the primary family's level, from the same two-level bootstrap,
     and the primary rule's reading of each other reading (what the verdict would say)."""
-    level = 1 - 0.05 / len(design.primary)
+    level = primary_level(design)
     keys = [((a, design.main, 1.0, design.trees[0]), (design.reference, design.main, 1.0, design.trees[0]))
             for a in design.primary]
     keys = [(a, b) for a, b in keys if a in table and b in table]
@@ -411,7 +416,7 @@ def curve_fits(points: pd.DataFrame, at: float, ceiling: float = math.inf) -> pd
     to spare for its three parameters, a saturating power law; each read at `at` tokens, with the range
     they span there and the power law's gain in tau - 1 per doubling (2^b - 1). A reading above `ceiling`
     (the tree's largest tau: its depth plus the bonus token) is no value tau can take: it is left out of
-    the range (NaN) and counted in `above_ceiling`."""
+    the range (inf) and counted in `above_ceiling`; a form that could not be fitted is NaN."""
     rows = []
     for arm, g in points.groupby("arm"):
         g = g.sort_values("tokens")
@@ -429,8 +434,8 @@ def curve_fits(points: pd.DataFrame, at: float, ceiling: float = math.inf) -> pd
             except RuntimeError:
                 fits["saturating"] = np.nan
         above = [k for k, v in fits.items() if v > ceiling]
-        fits = {k: np.nan if k in above else v for k, v in fits.items()}
-        values = [v for v in fits.values() if not np.isnan(v)]
+        fits = {k: np.inf if k in above else v for k, v in fits.items()}  # inf: above what tau can be; NaN: no fit
+        values = [v for v in fits.values() if np.isfinite(v)]
         rows.append({"arm": arm, "points": len(g), **{f"at_budget_{k}": v for k, v in fits.items()},
                      "range_lo": min(values, default=np.nan), "range_hi": max(values, default=np.nan),
                      "above_ceiling": len(above), "ceiling": ceiling, "relative_slope_per_doubling": 2 ** e - 1})
@@ -455,7 +460,7 @@ def analyze(design: DesignConfig, runs: pd.DataFrame, replays: pd.DataFrame, dev
     tables["verdicts"] = verdicts(design, table)
     tables["power"] = pd.DataFrame([{"comparison": f"{a} / {design.reference}",
                                      **power(table, a, design.reference, budget=design.main,
-                                             level=1 - 0.05 / len(design.primary), target_half_width=TARGET_HALF_WIDTH)}
+                                             level=primary_level(design), target_half_width=TARGET_HALF_WIDTH)}
                                     for a in design.primary
                                     if all((x, design.main, 1.0, "eagle25") in table and
                                            len(table[(x, design.main, 1.0, "eagle25")].seeds) > 1
@@ -561,7 +566,8 @@ def machine_text(table: pd.DataFrame) -> str:
                    else f"{int(r.runs)} runs trained in {r.training_hours:.1f} hours")
         logged = "" if pd.isna(r.get("sittings", np.nan)) else (
             f", {r.sitting_hours:.1f} hours in the {int(r.sittings)} stretch{'es' * (r.sittings != 1)} of "
-            "`clover2 study run` logged")
+            "`clover2 study run` logged" + (" (fewer than it trained: stretches stopped outright went unlogged "
+                                            "until 2026-12-06)" if r.sitting_hours < (r.training_hours or 0) else ""))
         return f"{r.cpu}, {trained}{logged}"
     return "; ".join(one(r) for _, r in table.iterrows())
 
@@ -682,7 +688,7 @@ def readable(name: str, df: pd.DataFrame) -> pd.DataFrame:
         forms = [(k, label) for k, label in FIT_FORMS.items() if f"at_budget_{k}" in df]
         return pd.DataFrame({
             "arm": df.arm, "points": df.points,
-            **{f"tau at 1.18B tokens, {label}": [f"{v:.2f}" if v == v else f"above {c:g}"
+            **{f"tau at 1.18B tokens, {label}": [f"{v:.2f}" if np.isfinite(v) else f"above {c:g}" if v > 0 else ""
                                                  for v, c in zip(df[f"at_budget_{k}"], df.ceiling)]
                for k, label in forms},
             "gain in tau - 1 per doubling": df.relative_slope_per_doubling.map("{:+.0%}".format)})
@@ -1161,9 +1167,8 @@ def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataF
                 f"arm's learning rate), {int(left.steps.sum()):,} training steps planned for the others; by arm: "
                 + ", ".join(f"{arm} {n}" for arm, n in runs.items()) + ".")
         lines += ["", "## Not finished", "", todo + cut + " `clover2 study status` lists every run.", ""]
-    elif tables.get("speed", pd.DataFrame()).empty:
-        lines += ["", "The primary pair's speed is measured last, alone on the machine (the next `clover2 study "
-                  "run`).", ""]
+    elif tables.get("speed_claims", pd.DataFrame()).empty and design.speed_claims is not None:
+        lines += ["", "The speed claims are timed last, alone on the machine (the next `clover2 study run`).", ""]
     while lines and not lines[-1]:  # one blank line before the next heading
         lines.pop()
     lines += ["", "## How and where it ran", "",
