@@ -224,6 +224,10 @@ def test_the_abstract_says_what_the_tables_say(tmp_path):
              (1.03, 1.02, 1.04, WAITS))
     text = markdown(results)  # a primary comparison waiting for its seeds: read, not yet a choice
     assert "1.030 times [1.020, 1.040]: **not decided yet**" in text and "For choosing" not in text
+    # open for one recipe only: named briefly among the open questions, which list a question open for both once
+    undecided = next(line for line in _box(text) if line.startswith("- **Not decided yet**:"))
+    assert "Clover-2 (value gain) predicts more tokens per step than EAGLE-1" in undecided
+    assert "with a departure" not in undecided and undecided.count("EAGLE-3") == 1
     ahead = "reproduced: Clover-2 ahead"
     _primary(results, (1.04, 1.02, 1.06, ahead), (1.05, 1.03, 1.07, ahead))
     text = markdown(results)

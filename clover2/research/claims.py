@@ -18,6 +18,7 @@ import json
 import math
 import re
 import sys
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -399,20 +400,41 @@ def abstract(results: Path, design: DesignConfig | None = None) -> str:
     return f"{tested}\n\n{what}"
 
 
+UNDECIDED = "not decided yet"  # a status whose claims the box lists in one group, departures named in each
+
+
+def _group(c: Claim) -> tuple[str, str]:
+    """A claim's group in the verdict box: its status and departure (a claim not decided yet: its status alone)."""
+    return (c.status, "" if c.status == UNDECIDED else c.departure)
+
+
 def _group_order(rows: list[Claim]):
     """The verdict box's groups of (status, departure): the group of the first claim (the paper's recipe
     against the reference) first, then by status, each departure after its status's plain group."""
-    groups = list(dict.fromkeys((c.status, c.departure) for c in rows))
-    first = (rows[0].status, rows[0].departure) if rows else None
+    groups = list(dict.fromkeys(map(_group, rows)))
+    first = _group(rows[0]) if rows else None
     return sorted(groups, key=lambda g: (g != first, STATUSES.index(g[0]), bool(g[1])))
 
 
-def _box_text(c: Claim) -> str:
-    """A claim as the verdict box lists it: a departure is named by its group's lead, so not again."""
+def _box_text(c: Claim, *, both: bool = False) -> str:
+    """A claim as the verdict box lists it: a departure is named by its group's lead, so not again; a claim not
+    decided yet names its departure briefly, and no recipe at all where it is not decided for `both` (the box
+    then lists the question once)."""
     text = c.claim
-    for arm in DEPARTURES:
-        text = text.replace(_subject(arm), "Clover-2") if DEPARTURES[arm] == c.departure else text
+    for arm in (*DEPARTURES, "clover2-official"):
+        if both:
+            text = text.replace(_subject(arm), "Clover-2")
+        elif DEPARTURES.get(arm) == c.departure and c.departure:
+            text = text.replace(_subject(arm), _brief(arm) if c.status == UNDECIDED else "Clover-2")
     return text
+
+
+def _box_texts(claims: list[Claim]) -> list[str]:
+    """A group's claims as the verdict box lists them, each once (`_box_text`; in the group of claims not decided
+    yet, a question open for both recipes is listed once, without either)."""
+    bare = Counter(_box_text(c, both=True) for c in claims if c.status == UNDECIDED)
+    return list(dict.fromkeys(_box_text(c, both=c.status == UNDECIDED and bare[_box_text(c, both=True)] > 1)
+                              for c in claims))
 
 
 def _lower(text: str) -> str:
@@ -467,7 +489,7 @@ def markdown(results: Path) -> str:
     rows = claims(results)
     lines = [abstract(results), "", "```{admonition} The verdict, claim by claim", ":class: verdict", ""]
     for status, departure in _group_order(rows):
-        mine = _merged([_box_text(c) for c in rows if (c.status, c.departure) == (status, departure)])
+        mine = _merged(_box_texts([c for c in rows if _group(c) == (status, departure)]))
         lead = f"**{status.capitalize()}**" + (f", with a departure from the paper ({departure})" if departure else "")
         lines.append(f"- {lead}: {'; '.join([mine[0]] + [_lower(m) for m in mine[1:]])}.")
     lines += ["```", "",
