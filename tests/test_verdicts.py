@@ -619,3 +619,15 @@ def test_single_seed_ratios_are_set_beside_the_seeds_own_spread_and_the_fits_bes
     said = _seed_noise(DESIGN, spread)  # the primary arm and the reference at the main budget only
     assert "0.5%-1.0% of it at 600 steps" in said and _seed_noise(DESIGN, None) == ""
     assert _beyond(pd.DataFrame({"tokens": [1e6, 2e6]})).startswith(", 591 times the last point's tokens")
+
+
+def test_acceptance_by_position_is_each_depths_share_given_the_one_before():
+    from clover2.research.verdicts import positions
+
+    rows = [{"arm": "c2", "lr": 1e-3, "budget": 600, "share": 1.0, "tree": "eagle25", "seed": s, "depth": 3,
+             "lengths": lengths} for s, lengths in ((0, "1 2 3 4"), (1, "2 2 1 1"))]
+    rows.append(rows[0] | {"budget": 300, "lengths": "4 4 4 4"})  # another budget: not read
+    out = positions(DESIGN, pd.DataFrame(rows), DEV).set_index("arm").loc["c2"]
+    # accepted draft tokens per step: 0 1 2 3 1 1 0 0 -> at least 1: 5/8, 2: 2/8, 3: 1/8
+    assert (out.seeds, out.steps) == (2, 8) and out.accepted_per_step == pytest.approx(1.0)
+    assert (out.position_1, out.position_2, out.position_3) == pytest.approx((5 / 8, 2 / 5, 1 / 2))

@@ -491,6 +491,7 @@ def analyze(design: DesignConfig, runs: pd.DataFrame, replays: pd.DataFrame, dev
                                 ceiling=int(parse_tree(design.trees[0]).depth.max()) + 1)
     tables["per_task"] = per_task(design, replays, dev)
     tables["weighting"] = weighting(design, table, seen=seen)
+    tables["positions"] = positions(design, replays, dev)
     tables["replicate"] = machine_replicate(design, runs, replays, tables["spread"])
     return tables
 
@@ -518,6 +519,30 @@ def machine_replicate(design: DesignConfig, runs: pd.DataFrame, replays: pd.Data
                      "same_weights": trained.weights_sha256[original] == trained.weights_sha256[run],
                      "tau_first": tau_first, "tau_again": tau_again, "ratio": tau_again / tau_first,
                      "seed_sd": sd, "in_seed_sds": (tau_again - tau_first) / sd})
+    return pd.DataFrame(rows)
+
+
+def positions(design: DesignConfig, replays: pd.DataFrame, dev: dict) -> pd.DataFrame:
+    """Acceptance by draft position: per arm at its chosen rate (the main budget, all the data, the first tree),
+    the share of steps that accept a draft token at depth k given that they accepted the one at depth k - 1
+    (the per-position acceptance rate vLLM prints), pooled over seeds, prompts and steps, with the steps behind it
+    and the mean accepted draft tokens a step (tau - 1, pooled alike). Descriptive."""
+    if not {"lengths", "depth"} <= set(replays.columns):  # replays recorded without each step's length
+        return pd.DataFrame()
+    tree = design.trees[0]
+    rows = []
+    for arm in design.arms:
+        lr = run_lr(design, arm, dev, budget=design.main)
+        r = replays[(replays.arm == arm) & (replays.budget == design.main) & (replays.share == 1)
+                    & (replays.tree == tree) & np.isclose(replays.lr, lr if lr is not None else -1)]
+        if r.empty:
+            continue
+        accepted = np.array([int(n) - 1 for lengths in r.lengths for n in str(lengths).split()])  # draft tokens
+        reach = [1.0, *((accepted >= k).mean() for k in range(1, int(r.depth.max()) + 1))]
+        rows.append({"arm": arm, "seeds": r.seed.nunique(), "steps": len(accepted),
+                     **{f"position_{k}": reach[k] / reach[k - 1] if reach[k - 1] else np.nan
+                        for k in range(1, len(reach))},
+                     "accepted_per_step": accepted.mean()})
     return pd.DataFrame(rows)
 
 
@@ -662,6 +687,11 @@ def readable(name: str, df: pd.DataFrame) -> pd.DataFrame:
                           f"±{r.prompt_half_width:.3f})")
         return _by_arm(df.assign(value=[cell(r) for r in df.itertuples()]), ["budget", "share", "tree"],
                        seeds=df.groupby("arm").seeds.max())
+    if name == "positions":
+        cols = [c for c in df.columns if c.startswith("position_")]
+        return pd.DataFrame({"arm": df.arm, "seeds": df.seeds, "steps": df.steps.map("{:,}".format),
+                             **{f"depth {c.split('_')[1]}": df[c].map("{:.2f}".format) for c in cols},
+                             "draft tokens a step": df.accepted_per_step.map("{:.3f}".format)})
     if name == "weighting":
         return pd.DataFrame({"comparison": df.comparison,
                              "pooled (the verdict's)": [f"{r.pooled:.3f} {bracket(r.pooled_lo, r.pooled_hi)}"
@@ -1095,6 +1125,12 @@ def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataF
                          f"prompts that the `{design.developed_on}` profile's benchmark also samples, on which this "
                          "project's value gain was developed" if "unseen" in tables.get("weighting", ()) else "")
                       + ". Descriptive, added after P1 was read: the verdicts are the pooled ratio's."),
+        "positions": ("Acceptance by draft position", f"Per arm at its chosen rate ({design.main} steps, the "
+                      f"{_tree(design.trees[0])} tree, every seed), the share of decoding steps that accept a "
+                      "draft token at each depth given they accepted the one before it (the per-position "
+                      "acceptance rate serving engines print), pooled over seeds, prompts and steps, and the "
+                      "draft tokens accepted a step (tau - 1, pooled alike). Descriptive: where in the tree a "
+                      "draft gains or loses."),
         "per_task": ("Per task", "Each comparison's tau ratio within each Spec-Bench task's prompts ("
                      + (f"{_per_task_prompts(tables['per_task'])} a task; " if len(tables.get("per_task", ())) else "")
                      + "95% intervals over those prompts and the seeds; descriptive, no verdict), beside the "
