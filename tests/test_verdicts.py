@@ -631,3 +631,12 @@ def test_acceptance_by_position_is_each_depths_share_given_the_one_before():
     # accepted draft tokens per step: 0 1 2 3 1 1 0 0 -> at least 1: 5/8, 2: 2/8, 3: 1/8
     assert (out.seeds, out.steps) == (2, 8) and out.accepted_per_step == pytest.approx(1.0)
     assert (out.position_1, out.position_2, out.position_3) == pytest.approx((5 / 8, 2 / 5, 1 / 2))
+
+
+def test_the_findings_set_the_first_positions_beside_each_other():
+    from clover2.research.verdicts import _findings
+
+    pos = pd.DataFrame({"arm": ["c2", "e1", "m"], "position_1": [0.42, 0.46, 0.3], "position_2": [0.41, 0.37, 0.2]})
+    line = next(x for x in _findings(DESIGN, {"positions": pos}) if "by draft position" in x)
+    assert "accepted in c2 0.42, e1 0.46 of steps" in line and "first, in c2 0.41, e1 0.37" in line
+    assert " m " not in line  # the primary arms and the reference only

@@ -993,6 +993,14 @@ def _findings(design: DesignConfig, tables: dict[str, pd.DataFrame]) -> list[str
                          f"against {r.tau_first:.3f} on the 25-node tree ({r.ratio:.3f} times), "
                          + (f"{abs(r.in_seed_sds):.2f} seed-to-seed standard deviations ({r.seed_sd:.3f}) "
                             f"{'above' if r.in_seed_sds > 0 else 'below'}." if r.seed_sd == r.seed_sd else "."))
+    pos = tables.get("positions", pd.DataFrame())
+    pos = pos[pos.arm.isin((*design.primary, design.reference))].set_index("arm") if not pos.empty else pos
+    if len(pos) > 1 and "position_2" in pos:
+        at = lambda k: ", ".join(f"{arm} {r[f'position_{k}']:.2f}" for arm, r in pos.iterrows())  # noqa: E731
+        lines.append(f"- **by draft position** (descriptive, the {_tree(design.trees[0])} tree, pooled over seeds, "
+                     f"prompts and steps): a first draft token accepted in {at(1)} of steps; a second, given the "
+                     f"first, in {at(2)}: where a short "
+                     "tree (a CPU's) reads only the first position, a draft's lead at later ones does not count.")
     c = tables.get("curve", pd.DataFrame())
     c = c[c.arm.isin((*design.primary, design.reference)) & (c.share == 1)] if not c.empty else c
     if not c.empty and c.budget.nunique() > 1:
