@@ -60,6 +60,21 @@ def test_a_cpu_where_the_tree_costs_one_step_tests_the_speedup(tmp_path):
     assert _status(results, "Clover-2 decodes 2.1-3.1x as fast") == "not reproduced"  # about 0.6x here
 
 
+def test_the_front_page_says_once_why_the_gpu_claims_are_not_testable(tmp_path):
+    results = _copy(tmp_path)
+    text = markdown(results)
+    lead = next(line for line in _box(text) if line.startswith("- **Not testable here**"))
+    assert lead.startswith("- **Not testable here** (a GPU checks the 25-node tree in about one plain step, this CPU "
+                           "in 2.")  # the cpu profile's cost curve
+    assert "not testable on a CPU" not in text.split("```{admonition}")[0]  # the abstract does not repeat it
+    curve = pd.read_csv(results / "cpu/bench/cost_curve.csv")
+    curve["relative"] = 1.0  # as on a GPU: testable, so no reason is given and the abstract reports the speeds
+    curve.to_csv(results / "cpu/bench/cost_curve.csv", index=False)
+    text = markdown(results)
+    assert "a GPU checks the 25-node tree" not in text
+    assert "Checking the paper's {term}`25-node tree` costs 1.0 plain steps here" in text
+
+
 def test_an_arm_cut_for_machine_time_reads_as_cut_not_as_undecided(tmp_path):
     from dataclasses import replace
 
