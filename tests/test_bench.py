@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import time
+from collections import Counter
 from dataclasses import replace
 
 import numpy as np
@@ -27,7 +28,17 @@ from clover2.drafts.config import DraftConfig
 from clover2.drafts.methods import MethodSpec, drafter_factory
 from clover2.errors import Clover2Error
 from clover2.load import mark, other_share
-from clover2.measure.bench import BenchConfig, Method, interleaved, make_method, moved, paired, run_bench, summarize
+from clover2.measure.bench import (
+    BenchConfig,
+    Method,
+    balanced_order,
+    interleaved,
+    make_method,
+    moved,
+    paired,
+    run_bench,
+    summarize,
+)
 from clover2.measure.fit import FitConfig, cost_curve, fit
 from clover2.measure.provenance import environment
 from clover2.training.tasks import load_task
@@ -489,3 +500,21 @@ def test_time_the_hypervisor_took_counts_as_other_work(monkeypatch):
     before, after = load._machine_busy_s(), load._machine_busy_s()
     assert before == (1.0, 2) and after == (2.0, 2)  # the steal's 100 ticks are busy time
     assert load.other_share(load.LoadMark(0.0, before, 0.0), load.LoadMark(1.0, after, 0.0)) == 0.5
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 7, 8, 25])
+def test_the_methods_orders_balance_places_and_neighbours(n):
+    """Over one Williams design (n orders, 2n for an odd n) each method takes each place equally often and comes
+    right after each other method equally often; a plain rotation, the check's counter-example, fails the second."""
+    rows = 2 * n if n % 2 else n
+    orders = [balanced_order(n, k) for k in range(rows)]
+    assert all(sorted(o) == list(range(n)) for o in orders)
+    assert all(Counter(o[place] for o in orders) == dict.fromkeys(range(n), rows // n) for place in range(n))
+
+    def after(orders):
+        return Counter((a, b) for o in orders for a, b in zip(o, o[1:]))
+
+    assert set(after(orders).values()) <= {rows // n} and len(after(orders)) == n * (n - 1)
+    assert balanced_order(n, rows + 1) == orders[1]  # the design repeats
+    rotation = [list(range(k, n)) + list(range(k)) for k in range(n)]
+    assert n < 3 or len(after(rotation)) < n * (n - 1)  # a rotation puts each method after the same one

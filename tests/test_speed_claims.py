@@ -166,13 +166,13 @@ def test_a_prompt_timed_under_load_is_timed_again_once_on_its_own(monkeypatch):
     loads = iter([{0: 0.0, 1: 0.3}, {1: 0.2}])  # prompt 1 busy, then busy again; prompt 0 idle
 
     def loaded(methods, prompts, **kw):
-        calls.append((list(prompts), kw["rotate_from"]))
+        calls.append((list(prompts), kw["order_from"]))
         load = next(loads)
         return real(methods, prompts, **kw).assign(other_load=lambda d: d.prompt.map(load))
     monkeypatch.setattr(speed, "interleaved", loaded)
     with pytest.warns(UserWarning, match="1 prompt\\(s\\) of prompts 0-1: timing them again, once"):
         runs, first, load, ties = speed.evaluate(methods, {0: [1, 2, 3], 1: [4, 5]}, {0: "qa", 1: "qa"}, 0.05)
-    assert calls == [([0, 1], 0), ([1], 1)]  # only the busy prompt, at its own place in the rotation
+    assert calls == [([0, 1], 0), ([1], 1)]  # only the busy prompt, in its own place in the design
     assert runs.prompt.tolist() == [0, 0, 1, 1] and first.prompt.tolist() == [1, 1] and ties.empty
     assert load == {"other_load": pytest.approx(0.1), "timed_again": True, "prompts_timed_again": 1,
                     "prompts_still_contended": 1, "contended": True}
@@ -185,11 +185,11 @@ def test_an_interrupted_evaluation_resumes_at_the_next_chunk(monkeypatch, tmp_pa
     _unloaded(monkeypatch)
     real, calls = speed._timed_alone, []
 
-    def timed(methods, chunk, categories, share, what, rotate_from=0):  # the session ends during the second chunk
+    def timed(methods, chunk, categories, share, what, order_from=0):  # the session ends during the second chunk
         calls.append(list(chunk))
         if len(calls) == 2:
             raise KeyboardInterrupt
-        return real(methods, chunk, categories, share, what, rotate_from)
+        return real(methods, chunk, categories, share, what, order_from)
     monkeypatch.setattr(speed, "_timed_alone", timed)
     prompts, tasks = {0: [1, 2, 3], 1: [4, 5], 2: [6, 7]}, {0: "qa", 1: "qa", 2: "qa"}
     with pytest.raises(KeyboardInterrupt):
@@ -218,11 +218,11 @@ def test_the_stage_keeps_its_kernel_plan_and_each_arms_calibration_for_a_resumed
     _unloaded(monkeypatch)
     real, timed = speed._timed_alone, []
 
-    def once(methods, prompts, categories, share, what, rotate_from=0):
+    def once(methods, prompts, categories, share, what, order_from=0):
         timed.append(what)
         if what == "b's calibration" and timed.count(what) == 1:
             raise KeyboardInterrupt  # cut during the second arm
-        return real(methods, prompts, categories, share, what, rotate_from)
+        return real(methods, prompts, categories, share, what, order_from)
     monkeypatch.setattr(speed, "_timed_alone", once)
     args = (target, drafts, CALIBRATION, pd.DataFrame(), SpeedConfig(chains=(1,)), FitConfig(prompts=1),
             DecodeConfig(max_new_tokens=4))
@@ -312,9 +312,9 @@ def test_a_descriptive_arm_is_timed_at_seed_0_beside_every_seed_of_the_claims_ar
         speed.timed_drafts(experiment)
 
 
-def test_the_methods_order_rotates_on_across_the_evaluations_chunks(monkeypatch):
-    """Each prompt's methods start one place further round than the last prompt's, across chunks too, so
-    that every method takes every place in the order (an interrupted evaluation resumes the rotation)."""
+def test_the_methods_orders_run_on_across_the_evaluations_chunks(monkeypatch):
+    """Each prompt takes the next order of the Williams design, across chunks too (an interrupted evaluation
+    resumes the design): with three methods, three orders and then the same reversed."""
     from dataclasses import replace as swap
 
     target = tiny_target("llama")
@@ -328,7 +328,8 @@ def test_the_methods_order_rotates_on_across_the_evaluations_chunks(monkeypatch)
     _unloaded(monkeypatch)
     speed.evaluate(methods, {p: [1, 2, 3 + p] for p in range(5)}, dict.fromkeys(range(5), "qa"), 0.05)
     firsts = [calls[3 * p] for p in range(5)]  # each prompt's first method
-    assert firsts == ["ar", "pld", "suffix", "ar", "pld"]
+    assert firsts == ["ar", "pld", "suffix", "suffix", "ar"]
+    assert calls[9:12] == ["suffix", "pld", "ar"]  # the fourth order: the first reversed
 
 
 def test_a_draft_trained_again_is_remembered_even_if_its_replay_is_cut_short(monkeypatch, tmp_path):

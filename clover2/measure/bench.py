@@ -97,10 +97,21 @@ def make_method(spec: MethodSpec | str, target: Target, config: DecodeConfig, *,
     return Method(spec, run_hf)
 
 
+def balanced_order(n: int, k: int) -> list[int]:
+    """The k-th order of n methods in a Williams design: over n orders (2n for an odd n) each method takes each
+    place once and comes right after each other method once. A plain rotation also gives every place, but a
+    method always follows the same neighbour, whose after-effects (the caches it leaves warm, the clock it
+    leaves the cores at) would stay with that one pair."""
+    first = [0] + [(j + 1) // 2 if j % 2 else n - j // 2 for j in range(1, n)]  # 0, 1, n-1, 2, n-2, ...
+    row = k % (2 * n if n % 2 else n)
+    order = [(i + row) % n for i in first]
+    return order[::-1] if row >= n else order
+
+
 def interleaved(methods: list[Method], prompts: dict[str, list[int]], *, repeats: int = 1,
-                categories: dict[str, str] | None = None, rotate_from: int = 0) -> pd.DataFrame:
-    """Run every method on every prompt, rotating the order per prompt (the first prompt's order shifted by
-    `rotate_from`: a run in parts continues the rotation); one row per run.
+                categories: dict[str, str] | None = None, order_from: int = 0) -> pd.DataFrame:
+    """Run every method on every prompt, each prompt in the next order of a Williams design (`balanced_order`;
+    the first prompt's order is order `order_from`: a run in parts continues the design); one row per run.
 
     Each method is compared with eager plain decoding (`ar`) at its own temperature (engines too:
     `ar!graphs` reports what graphs alone buy), run on the same prompt moments apart. A warm-up run
@@ -127,8 +138,7 @@ def interleaved(methods: list[Method], prompts: dict[str, list[int]], *, repeats
     rows = []
     jobs = [(r, pid) for r in range(repeats) for pid in prompts]
     for k, (r, pid) in enumerate(tqdm(jobs, desc="prompts", unit="prompt")):
-        shift = (k + rotate_from) % len(methods)
-        order = methods[shift:] + methods[:shift]
+        order = [methods[i] for i in balanced_order(len(methods), k + order_from)]
         runs, start = {}, mark()
         for m in order:
             if torch.cuda.is_available():

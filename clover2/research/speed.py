@@ -20,11 +20,12 @@ keyed by the CPU and the drafts' weights (another machine starts over). (speed/ 
    predicted speedup stands beside the measured one.
 3. **Evaluation** (timings.csv): on the design's evaluation prompts, plain decoding, prompt lookup, the suffix
    cache and every seed of each timed arm on its tree, and each seed-0 draft behind the suffix cache
-   (descriptive), in one repeat interleaved prompt by prompt (`clover2.measure.bench.interleaved` rotates
-   the order); a prompt during which other processes took more than `contended_share` of the machine is
-   timed again, once (timings-contended.csv keeps the first timing). Every output must equal plain greedy
-   decoding's, checked chunk by chunk: one that parts from it at a near tie, where the kernels' float
-   rounding decides, is kept and counted (near-ties.csv); any other is an error, and nothing is written.
+   (descriptive), in one repeat interleaved prompt by prompt (`clover2.measure.bench.interleaved`: the orders
+   of a Williams design, each method as often right after each other one); a prompt during which other
+   processes took more than `contended_share` of the machine is timed again, once (timings-contended.csv keeps
+   the first timing). Every output must equal plain greedy decoding's, checked chunk by chunk: one that parts
+   from it at a near tie, where the kernels' float rounding decides, is kept and counted (near-ties.csv); any
+   other is an error, and nothing is written.
 4. **Statistic** (speedups.csv, claims.csv): per prompt and seed, plain decoding's seconds over the method's;
    an arm's speedup is their geometric mean over prompts, averaged in logs over its seeds, with the interval
    of `clover2.research.verdicts.bootstrap` (prompts resampled once and shared by every arm; each arm's seeds
@@ -74,7 +75,7 @@ PLAIN = "ar"  # plain decoding: what every speedup is measured against, on the s
 BASELINES = ("pld", "suffix")  # the training-free methods timed beside the drafts
 TIMINGS = ["prompt", "task", "method", "arm", "seed", "tree", "seconds", "new_tokens", "steps", "step_tokens", "tau",
            "identical", "other_load", "decode_s", "draft_share"]  # timings.csv's columns
-WORK_FORMAT = 2  # the layout of an interrupted stage's folder: a folder of another layout is never resumed
+WORK_FORMAT = 3  # the layout (and order design) of an interrupted stage's folder: one of another is never resumed
 RETRAINED = ["arm", "seed", "run", "tree", "committed_tau", "fresh_tau", "committed_weights_sha256",
              "fresh_weights_sha256"]  # retrained.csv's columns
 
@@ -362,11 +363,11 @@ def evaluate(methods: list[Method], prompts: dict[int, list[int]], categories: d
             for name in names}
     done = set(kept["timings.partial.csv"].get("prompt", []))
     todo = [p for p in prompts if p not in done]
-    position = {p: i for i, p in enumerate(prompts)}  # the rotation of the methods' order runs on across chunks
+    position = {p: i for i, p in enumerate(prompts)}  # the design of the methods' orders runs on across chunks
     for start in range(0, len(todo), CHUNK):
         chunk = {p: prompts[p] for p in todo[start:start + CHUNK]}
         runs, first = _timed_alone(methods, chunk, categories, contended_share, f"prompts {min(chunk)}-{max(chunk)}",
-                                   rotate_from=position[next(iter(chunk))])
+                                   order_from=position[next(iter(chunk))])
         ties = pd.concat([near_ties(df, f"prompts {min(chunk)}-{max(chunk)}", prompts, target, decode).assign(
             timing=timing) for df, timing in ((runs, "kept"), (first, "first, under load")) if df is not None],
             ignore_index=True)
@@ -387,12 +388,12 @@ def evaluate(methods: list[Method], prompts: dict[int, list[int]], categories: d
 
 
 def _timed_alone(methods: list[Method], prompts: dict[int, list[int]], categories: dict[int, str],
-                 contended_share: float, what: str, rotate_from: int = 0) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+                 contended_share: float, what: str, order_from: int = 0) -> tuple[pd.DataFrame, pd.DataFrame | None]:
     """`interleaved`, each prompt during which other processes took more than `contended_share` of the machine
-    (`other_load`, measured per prompt) timed again once, on its own at its place in the rotation: the timings,
+    (`other_load`, measured per prompt) timed again once, on its own in its place in the design: the timings,
     and the first timings of the prompts taken again (else None). A prompt still contended the second time is
     kept, its load recorded."""
-    runs = interleaved(methods, prompts, categories=categories, rotate_from=rotate_from)
+    runs = interleaved(methods, prompts, categories=categories, order_from=order_from)
     order = list(prompts)
     loads = runs.groupby("prompt").other_load.first()
     again = [p for p in order if loads[p] > contended_share]  # NaN (an unknown load) is not above it
@@ -401,7 +402,7 @@ def _timed_alone(methods: list[Method], prompts: dict[int, list[int]], categorie
     warnings.warn(f"other processes took more than {contended_share:.0%} of the machine during {len(again)} "
                   f"prompt(s) of {what}: timing them again, once", stacklevel=3)
     redone = pd.concat([interleaved(methods, {p: prompts[p]}, categories=categories,
-                                    rotate_from=rotate_from + order.index(p)) for p in again], ignore_index=True)
+                                    order_from=order_from + order.index(p)) for p in again], ignore_index=True)
     kept = pd.concat([runs[~runs.prompt.isin(again)], redone], ignore_index=True)
     kept = kept.sort_values("prompt", key=lambda p: p.map(order.index), kind="stable").reset_index(drop=True)
     return kept, runs[runs.prompt.isin(again)].reset_index(drop=True)
