@@ -144,13 +144,13 @@ def test_a_decided_primary_row_gives_the_rules_reason_and_the_grid_caveat(tmp_pa
     # a bound at 1 within the bootstrap's resampling error: the fixed seed's reading, then the other side's
     assert claim.here.endswith(": EAGLE-1 ahead (its upper bound is 1 within the bootstrap's resampling error: just "
                                "above 1 it would read equivalent within 3%, the paper's smallest gain excluded)"
-                               "; tau ratio 0.966 at 300 steps")  # and which way it moves with training (spread.csv)
+                               "; tau ratio 0.966 at 300 steps (every seed)")  # which way it moves with training
     pd.DataFrame({"arm": ["clover2-official"] * 4 + ["eagle1"] * 3, "lr": [3e-4, 1e-3, 3e-3, 9e-3, 3e-4, 1e-3, 3e-3],
                   "dev": [1.28, 1.39, 1.46, 1.51, 1.34, 1.38, 1.35],
                   "chosen": [False, False, False, True, False, True, False]}).to_csv(results / "study/grid.csv")
     claim = next(c for c in claims(results) if c.claim.startswith("Clover-2 (official recipe)"))
     assert claim.here.endswith("smallest gain excluded); its learning rate is at the edge of its tuning grid"
-                               "; tau ratio 0.966 at 300 steps")
+                               "; tau ratio 0.966 at 300 steps (every seed)")
     verdicts = pd.read_csv(results / "study/verdicts.csv").assign(hi=0.995)  # clear of 1: one reading
     verdicts.to_csv(results / "study/verdicts.csv", index=False)
     claim = next(c for c in claims(results) if c.claim.startswith("Clover-2 (official recipe)"))
@@ -313,7 +313,36 @@ def test_a_primary_row_says_where_training_takes_the_ratio_only_at_the_chosen_ra
                           "share": [1.0, 1.0], "tau": [1.81, 1.80]})
     curve.to_csv(results / "study/curve.csv")
     row = next(c for c in claims(results) if c.claim.startswith("Clover-2 (official recipe) predicts more"))
-    assert row.here.endswith("; tau ratio 0.966 at 300 steps, 1.006 at 1,200 (seed 0)")
+    assert row.here.endswith("; tau ratio 0.966 at 300 steps (every seed); seed 0 alone 1.006 at 1,200")
     curve.assign(lr=[3e-3, 1e-3]).to_csv(results / "study/curve.csv")  # the official curve at another rate
     row = next(c for c in claims(results) if c.claim.startswith("Clover-2 (official recipe) predicts more"))
-    assert row.here.endswith("; tau ratio 0.966 at 300 steps")
+    assert row.here.endswith("; tau ratio 0.966 at 300 steps (every seed)")
+
+
+def test_a_primary_row_reads_the_papers_tau_minus_1_with_its_interval(tmp_path):
+    """The rules read tau; beside it the paper's tau - 1 ratio with its interval, and where the verdict is
+    equivalence, whether the tau - 1 interval lies within the margin too (the ratio stretches there)."""
+    results = _copy(tmp_path)
+    row = {"family": "primary", "comparison": "clover2-official / eagle1", "tree": "eagle25", "budget": 600,
+           "ratio": 0.987, "lo": 0.974, "hi": 1.0003, "p": 0.06, "p_adjusted": 0.1, "excess_ratio": 0.968,
+           "excess_lo": 0.935, "excess_hi": 1.001, "seeds": "5 vs 5", "prompts": 131,
+           "verdict": "not reproduced: equivalent within 3%, the paper's smallest gain excluded"}
+    pd.DataFrame([row]).to_csv(results / "study/verdicts.csv", index=False)
+    here = next(c for c in claims(results) if c.claim.startswith("Clover-2 (official recipe) predicts more")).here
+    assert "; tau - 1 ratio (the paper's convention) 0.968 [0.935, 1.001], not within 3%" in here
+    pd.DataFrame([row | {"excess_lo": 0.975, "excess_hi": 1.02}]).to_csv(results / "study/verdicts.csv", index=False)
+    here = next(c for c in claims(results) if c.claim.startswith("Clover-2 (official recipe) predicts more")).here
+    assert "0.968 [0.975, 1.020];" in here and "not within" not in here
+
+
+def test_a_comparison_with_a_reduced_rival_says_how_it_was_built(tmp_path):
+    results = _copy(tmp_path)
+    rows = [{"family": "architectures", "comparison": f"clover2 / {rival}", "tree": "eagle25", "budget": 600,
+             "ratio": 1.05, "lo": 1.04, "hi": 1.06, "p": 0.001, "p_adjusted": 0.001, "seeds": "5 vs 3",
+             "prompts": 131, "verdict": "reproduced: Clover-2 ahead"} for rival in ("eagle3", "medusa")]
+    pd.DataFrame(rows).to_csv(results / "study/verdicts.csv", index=False)
+    here = {c.claim: c.here for c in claims(results)}
+    subject = "Clover-2 (this project's value gain, a departure from the paper) predicts more tokens per step than"
+    assert here[f"{subject} EAGLE-3"].endswith("(EAGLE-3 as built here: no LM head of its own, and this study's data, "
+                                               "not the ~8x more of its paper)")
+    assert "as built here" not in here[f"{subject} Medusa-1"]

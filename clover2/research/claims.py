@@ -55,6 +55,9 @@ NAMES = {"clover2-official": "Clover-2 (official recipe)", "clover2": "Clover-2 
          "official-hard-labels": "Clover-2 (official) without distillation (hard labels, no regression)"}
 # the arms that depart from the paper's recipe, and how: the front page names the departure wherever they appear
 DEPARTURES = {"clover2": "this project's value gain"}
+# a rival built short of its paper's recipe: said beside every comparison with it (the limitations page says why)
+REDUCED = {"eagle3": "EAGLE-3 as built here: no LM head of its own, and this study's data, "
+                     "not the ~8x more of its paper"}
 NOT_TESTABLE_COST = 1.5  # a CPU where verifying the paper's 26-token tree costs this many plain steps or more
 
 
@@ -193,8 +196,9 @@ def study_claims(results: Path, design: DesignConfig | None = None) -> list[Clai
             text = claim.format(a=_subject(first), b=_subject(second))
             departs = DEPARTURES.get(first if family == "architectures" else second, "")
             out.append(Claim(text, "(the paper's premise)" if family == "architectures" else "(its design)",
-                             f"tau ratio {_ratio(x)}, Holm p {p_text(x.p_adjusted)}", _study_status(x.verdict), page,
-                             departs))
+                             f"tau ratio {_ratio(x)}, Holm p {p_text(x.p_adjusted)}"
+                             + (f" ({REDUCED[second]})" if family == "architectures" and second in REDUCED else ""),
+                             _study_status(x.verdict), page, departs))
         decided = {c.split(" / ")[1 if family == "architectures" else 0] for c in r.comparison} if len(r) else set()
         planned = [a for a, s in design.arms.items() if not s.cut and a not in decided
                    and (s.lr_from if family == "parts" else not s.lr_from and a not in (*design.primary, ref))]
@@ -222,22 +226,29 @@ def _with_training(study: Path, design: DesignConfig, arm: str, row) -> str:
     """A primary ratio beside its budget: the paper's tau - 1 ratio, and the ratio at the half budget (every seed)
     and at the curve's longest (seed 0, where both arms' curves run at their chosen rates): the verdict is read at
     one small budget, and a reader asks which way it moves."""
-    out = f"; tau - 1 ratio {row.excess_ratio:.3f}" if "excess_ratio" in row.index and row.excess_ratio == \
-        row.excess_ratio else ""
+    out = ""
+    if "excess_ratio" in row.index and row.excess_ratio == row.excess_ratio:  # the paper's convention: the rules
+        out = f"; tau - 1 ratio (the paper's convention) {row.excess_ratio:.3f}"  # the rules read tau
+        if {"excess_lo", "excess_hi"} <= set(row.index) and row.excess_lo == row.excess_lo:
+            out += f" {bracket(row.excess_lo, row.excess_hi)}" + (
+                f", not within {design.margin:.0%}" if "equivalent" in row.verdict and not
+                1 - design.margin <= row.excess_lo <= row.excess_hi <= 1 + design.margin else "")
     spread, curve, grid = (_read(study / f) for f in ("spread.csv", "curve.csv", "grid.csv"))
     moves = []
     if not spread.empty:
         s = spread[(spread.budget == design.budgets[0]) & (spread.share == 1) & (spread.tree == "eagle25")] \
             .set_index("arm").tau
         if {arm, design.reference} <= set(s.index):
-            moves.append(f"tau ratio {s[arm] / s[design.reference]:.3f} at {design.budgets[0]} steps")
+            moves.append(f"tau ratio {s[arm] / s[design.reference]:.3f} at {design.budgets[0]} steps (every seed)")
     if not curve.empty and not grid.empty and design.curve:
         chosen = grid[grid.chosen].set_index("arm").lr
-        c = curve[(curve.budget == max(design.curve)) & (curve.share == 1)].set_index("arm")
-        if {arm, design.reference} <= set(c.index) and all(
-                math.isclose(c.lr[a], chosen.get(a, -1)) for a in (arm, design.reference)):
-            moves.append(f"{c.tau[arm] / c.tau[design.reference]:.3f} at {max(design.curve):,} (seed 0)")
-    return out + (f"; {', '.join(moves)}" if moves else "")
+        c = curve[curve.share == 1].pivot_table(index="budget", columns="arm", values="tau")  # seed 0's tau
+        rates = curve[curve.budget == max(design.curve)].set_index("arm").lr
+        if {arm, design.reference} <= set(c.columns) and all(
+                math.isclose(rates.get(a, -1), chosen.get(a, -1)) for a in (arm, design.reference)):
+            ratio = (c[arm] / c[design.reference]).dropna()  # the whole curve of seed 0, each arm at its rate
+            moves.append("seed 0 alone " + ", ".join(f"{r:.3f} at {b:,}" for b, r in ratio.items()))
+    return out + (f"; {'; '.join(moves)}" if moves else "")
 
 
 def tree_cost(results: Path) -> float | None:
