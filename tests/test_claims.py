@@ -346,3 +346,20 @@ def test_a_comparison_with_a_reduced_rival_says_how_it_was_built(tmp_path):
     assert here[f"{subject} EAGLE-3"].endswith("(EAGLE-3 as built here: no LM head of its own, and this study's data, "
                                                "not the ~8x more of its paper)")
     assert "as built here" not in here[f"{subject} Medusa-1"]
+
+
+def test_the_fastest_method_names_those_it_was_not_told_apart_from():
+    from clover2.research.claims import _not_told_apart
+
+    best = "pld+clover2@fitted=clover2"
+    rows = [(best, "ar", 1.38, 1.24, 1.56), (best, "suffix", 1.11, 1.02, 1.20)]
+    paired = pd.DataFrame([r + (0.0,) for r in rows], columns=["method", "versus", "speed_ratio", "speed_ratio_lo",
+                                                               "speed_ratio_hi", "temperature"])
+    assert _not_told_apart(paired, best) == ""  # ahead of everything
+    drafts = [(best, f"suffix+{a}@fitted={a}", 1.04, 0.98, 1.11, 0.0) for a in ("clover2", "eagle1")]
+    both = pd.concat([paired, pd.DataFrame(drafts, columns=paired.columns)], ignore_index=True)
+    assert _not_told_apart(both, best) == ", not told apart from a suffix cache backed by any of 2 drafts"
+    one = pd.concat([paired, pd.DataFrame([(best, "pld", 1.02, 0.97, 1.08, 0.0)], columns=paired.columns)])
+    assert _not_told_apart(one, best) == (", not told apart from {dfn}`prompt lookup`, which copies from the prompt "
+                                          "with no draft")
+    assert _not_told_apart(pd.DataFrame(), best) == ""

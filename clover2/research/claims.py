@@ -341,6 +341,22 @@ def _method_words(method: str) -> str:
             "ar": "plain decoding"}.get(name, f"`{method}`")
 
 
+def _not_told_apart(paired: pd.DataFrame, best: str) -> str:
+    """The methods the fastest was not told apart from on the same prompts (greedy; its paired speed ratio's
+    interval holds 1), in a clause: the drafts behind one copy source as a count."""
+    if paired.empty:
+        return ""
+    mine = paired[(paired.method == best) & (paired.temperature == 0) & (paired.versus != "ar")]
+    tied = list(mine[(mine.speed_ratio_lo <= 1) & (mine.speed_ratio_hi >= 1)].versus)
+    if not tied:
+        return ""
+    sources = {m.split("@")[0].partition("+")[0] for m in tied}
+    if len(tied) > 1 and len(sources) == 1 and all("+" in m for m in tied):
+        source = _method_words(tied[0]).split(" backed by")[0]
+        return f", not told apart from {source} backed by any of {len(tied)} drafts"
+    return ", not told apart from " + " or ".join(_method_words(m).rstrip(",") for m in tied)
+
+
 def abstract(results: Path, design: DesignConfig | None = None) -> str:
     """The front page's first paragraphs in plain words, from the same tables as the verdict: what was
     tested and at what scale, what held and what did not (the paper's recipe first, a departure named
@@ -404,6 +420,8 @@ def abstract(results: Path, design: DesignConfig | None = None) -> str:
         if not fastest.empty:
             best = fastest.loc[fastest.speedup.idxmax()]
             what += f"; on a CPU, {_method_words(best.method)} was fastest ({best.speedup:.2f}x)"
+            if not greedy.empty:
+                what += _not_told_apart(_read(results / "use" / "float32" / "paired.csv"), best.method)
         what += "."
     return f"{tested}\n\n{what}"
 
@@ -565,6 +583,25 @@ def engines(results: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+README_START = "<!-- the book's abstract, written by `python -m clover2.research.claims results book` -->"
+README_END = "<!-- end of the abstract -->"
+
+
+def plain(text: str) -> str:
+    """MyST text as plain Markdown (a README's): a glossary link as its words, a definition in italics."""
+    text = re.sub(r"\{term\}`([^`<]*?)(?: <[^>]*>)?`", r"\1", text)
+    return re.sub(r"\{dfn\}`([^`]*)`", r"*\1*", text)
+
+
+def with_abstract(readme: str, results: Path) -> str:
+    """`readme` with the book's abstract (plain) between its markers, so the README's results stay the book's."""
+    head, start, rest = readme.partition(README_START)
+    _, end, tail = rest.partition(README_END)
+    if not (start and end):
+        raise ValueError(f"the README lacks the markers {README_START!r} ... {README_END!r}")
+    return f"{head}{start}\n{plain(abstract(results))}\n{end}{tail}"
+
+
 if __name__ == "__main__":
     results, book = (Path(a) for a in (sys.argv[1:] + ["results", "book"])[:2]) if len(sys.argv) > 1 else \
         (Path("results"), Path("book"))
@@ -575,3 +612,6 @@ if __name__ == "__main__":
                                                          ADVICE_TERMS))  # the front page's
     write_text(book / "speeds.md", advice.table(results))
     write_text(book / "engine.md", engines(results))
+    readme = book.parent / "README.md"
+    if readme.exists():
+        write_text(readme, with_abstract(readme.read_text(), results))
