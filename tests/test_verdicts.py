@@ -162,6 +162,12 @@ def test_the_extra_tokens_ratio_and_the_per_task_ratios_sit_beside_each_comparis
     row = v.loc["c2 / e1"]  # (tau_a - 1) / (tau_b - 1) is further from 1 than tau_a / tau_b
     assert row.excess_ratio > row.ratio > 1 and row.excess_lo < row.excess_ratio < row.excess_hi
     assert np.isnan(v.loc[v.family == "budget", "excess_ratio"]).all()  # a ratio of ratios has none
+    # a budget comparison says which way training moves the ratio, not "ahead" (which reads as c2 ahead of e1)
+    assert set(v.loc[v.family == "budget", "verdict"]) <= {"moves toward c2", "moves toward e1", "no difference shown"}
+    from clover2.research.verdicts import _moves
+
+    assert [_moves("c2 / e1: 600 steps over 300", said) for said in ("ahead", "behind", "no difference shown")] == \
+        ["moves toward c2", "moves toward e1", "no difference shown"]
     tasks = per_task(DESIGN, r, DEV)
     assert set(tasks.task) == {"qa", "gsm8k"} and set(tasks.prompts) == {66, 65}
     assert not tasks[tasks.comparison.str.contains(" over ")].shape[0]

@@ -182,6 +182,13 @@ def secondary_verdict(ratio: float, p_holm: float, alpha: float = 0.05, *, part:
     return "ahead" if ratio > 1 else "behind"
 
 
+def _moves(comparison: str, said: str) -> str:
+    """A budget comparison's verdict ("a / b: longer over shorter") as which way training moves the ratio: "ahead"
+    alone would read as a ahead of b."""
+    first, second = comparison.split(":")[0].split(" / ")
+    return {"ahead": f"moves toward {first}", "behind": f"moves toward {second}"}.get(said, said)
+
+
 def rivals(design: DesignConfig) -> list[str]:
     """The architectures family's rivals: every arm with a grid of its own beside the primary arms and the
     reference, not cut."""
@@ -259,6 +266,7 @@ def verdicts(design: DesignConfig, table: dict[Key, Cell], *, seed: int = 0) -> 
         lambda p: np.minimum(1.0, p * len(design.primary)) if p.name == "primary" else
         holm(np.r_[p.to_numpy(), np.ones(max(int(size.get(p.name, 0)) - len(p), 0))])[:len(p)])
     out["verdict"] = [primary_verdict(r.lo, r.hi, design.margin, design.smallest_claim) if r.family == "primary"
+                      else _moves(r.comparison, secondary_verdict(r.ratio, r.p_adjusted)) if r.family == "budget"
                       else secondary_verdict(r.ratio, r.p_adjusted, part=r.family == "parts")
                       for r in out.itertuples()]
     # the rule decides once both arms have every seed the protocol plans (the study's cuts say otherwise)
@@ -1120,9 +1128,9 @@ def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataF
                      "figure above shows every comparison, the primary two included, "
                      f"against the paper's claimed gain of {design.smallest_claim:.0%}-{design.largest_claim:.0%}."),
         "earlier": ("The primary comparisons by the protocol's first rules", "Each arm at the rate the protocol's "
-                    "first grid chose (extended once, no half steps), as read before amendment 1, with the same "
-                    "bootstrap (97.5% intervals; p adjusted by Bonferroni, as they are): the amendment's readings "
-                    "above replace these." + _single_stream(
+                    "first grid chose (extended once, no half steps), re-read with the current bootstrap (one random "
+                    "generator per arm; 97.5% intervals; p adjusted by Bonferroni, as they are): the amendment's "
+                    "readings above replace these." + _single_stream(
                         tables.get("earlier_bootstrap"))),
         "weighting": ("Other readings of the primary comparisons", "The protocol's tau pools tokens and forwards "
                       "over the "
