@@ -59,7 +59,8 @@ def test_the_box_names_the_fastest_exact_method_and_its_command(tmp_path):
     assert f"`clover2 generate --method suffix+eagle1@dynamic:5:3:8={D}/eagle1`" in first
     assert "Clover-2 (the paper's recipe) 1.15x [1.10, 1.20] (1.40 tokens per step)" in text
     assert "1.12x [1.05, 1.20] over the cache alone" in text
-    assert "Clover-2 was faster in 0 and slower in 1 of the 1 pairings below" in text
+    assert "Against EAGLE-1 on the same prompts, each on its fitted tree: Clover-2 (the paper's recipe) was slower, " \
+        "0.92x [0.88, 0.96]." in first  # the pairing named, none left to be "not told apart"
     # a method whose paired interval over the fastest holds 1 is named beside it, one beyond it is not
     assert "Not told apart from it on the same prompts (paired, 95%): prompt lookup 1.20x [1.15, 1.25]." in first
     assert "Clover-2 over EAGLE-1**, each on its fitted tree, paired by prompt: Clover-2 (the paper's recipe) " \
@@ -74,8 +75,9 @@ def test_a_differing_output_and_the_bf16_run_are_said(tmp_path):
     text = box(tmp_path, study_tau=pd.Series(dtype=float))
     assert "not every output equalled" in text
     assert "only 40%-40% of the speculative methods' outputs equalled bf16 plain decoding's" in text
-    assert "the fastest method (EAGLE-1 (the tree fitted to this machine, a dynamic tree of 5 nodes)) 22.0 against " \
-           "float32's fastest 28.6" in text
+    assert "the fastest method (EAGLE-1 (the tree fitted to this machine, a dynamic tree of 5 nodes)) 1.10x " \
+           "[1.05, 1.15] as fast as bf16 plain decoding (float32's fastest: 1.43x [1.38, 1.48])" in text
+    assert "(median over prompts)" in text and "keep float32 where the output must be plain greedy decoding's" in text
     assert "On a GPU" not in text
     page = table(tmp_path)  # every method, with its command (D: the published drafts' folder), both runs' files
     assert page.count("| method |") == 1 and "../results/use/bfloat16/bench.csv" in page
@@ -90,3 +92,12 @@ def test_nothing_faster_than_plain_decoding_says_use_plain_decoding(tmp_path):
 
 def test_nothing_measured_says_so(tmp_path):
     assert "Not measured yet" in box(tmp_path) and "Not measured yet" in table(tmp_path)
+
+
+def test_a_paired_bound_that_rounds_to_1_keeps_its_side():
+    from clover2.research.advice import _ratio
+
+    row = pd.Series({"speed_ratio": 0.96, "speed_ratio_lo": 0.919, "speed_ratio_hi": 1.0008})
+    assert _ratio(row) == "0.96x [0.92, 1.001]"  # not "1.00", which would hide that the interval holds 1
+    assert _ratio(row.replace(1.0008, 0.9962)) == "0.96x [0.92, 0.996]"
+    assert _ratio(pd.Series({"speed_ratio": 1.2, "speed_ratio_lo": 1.1, "speed_ratio_hi": 1.3})) == "1.20x [1.10, 1.30]"

@@ -123,7 +123,10 @@ def table(results: Path) -> str:
     rows = rows.sort_values("speedup", ascending=False)
     lines = [f"Measured in float32 (the command line's default: every output is plain decoding's, token for token) on "
              f"{_measured(env, rows)}; plain decoding {rows.loc['ar'].tokens_per_s:.1f} tokens/s. `D` is "
-             f"`{PUBLISHED}`.", "",
+             f"`{PUBLISHED}`. A method's speed is the geometric mean over prompts of plain decoding's time over "
+             "its own on the same prompt, with a 95% bootstrap interval (not a ratio of median tokens per second, "
+             "which weighs prompts otherwise). Each draft's tree was fitted to this machine (`@fitted`), and its "
+             "command names the tree the fit chose; on another machine, write `@fitted` to fit it there.", "",
              "| method | `clover2 generate` | tokens per step | speed over plain decoding |", "|---|---|---|---|"]
     lines += [f"| {_capital(short(m))}{', ' + t if (t := _tree_words(m, env)) else ''} | "
               f"`{command(m, env).replace(PUBLISHED, 'D')}` | "
@@ -167,7 +170,11 @@ def _paired(paired: pd.DataFrame, method: str, versus: str) -> pd.Series | None:
 
 
 def _ratio(r: pd.Series) -> str:
-    return f"{r.speed_ratio:.2f}x [{r.speed_ratio_lo:.2f}, {r.speed_ratio_hi:.2f}]"
+    """A paired speed ratio: two decimals, three for a bound that two would print as 1.00 (its side of 1 is
+    what "faster" or "slower" reads)."""
+    def bound(v: float) -> str:
+        return f"{v:.3f}" if f"{v:.2f}" == "1.00" and round(v, 3) != 1 else f"{v:.2f}"
+    return f"{r.speed_ratio:.2f}x [{bound(r.speed_ratio_lo)}, {bound(r.speed_ratio_hi)}]"
 
 
 def box(results: Path, study_tau: pd.Series | None = None, main_budget: int = 600, *, brief: bool = False) -> str:
@@ -215,9 +222,13 @@ def box(results: Path, study_tau: pd.Series | None = None, main_budget: int = 60
              for d in ("clover2-official", "clover2") for copy in eagle
              if (x := of(d, copy)) and (r := _paired(paired, x[0], eagle[copy][0])) is not None]
     if pairs:
-        faster, slower = sum(r.speed_ratio_lo > 1 for _, r in pairs), sum(r.speed_ratio_hi < 1 for _, r in pairs)
-        lines[0] += (f" Against EAGLE-1 on the same prompts, Clover-2 was faster in {faster} and slower in {slower} "
-                     f"of the {len(pairs)} pairings below, not told apart in the rest.")
+        apart = [(name, r, "faster" if r.speed_ratio_lo > 1 else "slower") for name, r in pairs
+                 if r.speed_ratio_lo > 1 or r.speed_ratio_hi < 1]
+        rest = len(pairs) - len(apart)
+        lines[0] += (" Against EAGLE-1 on the same prompts, each on its fitted tree: "
+                     + "; ".join(f"{name} was {how}, {_ratio(r)}" for name, r, how in apart)
+                     + (f"; the other {rest} pairing{'s' if rest > 1 else ''} not told apart" if apart and rest else
+                        "" if apart else f"none of the {len(pairs)} pairings of Clover-2 with it told apart") + ".")
         lines.append("- **Clover-2 over EAGLE-1**, each on its fitted tree, paired by prompt: "
                      + "; ".join(f"{name} {_ratio(r)}" for name, r in pairs) + " (above 1: Clover-2 faster).")
     if brief:
@@ -231,16 +242,17 @@ def box(results: Path, study_tau: pd.Series | None = None, main_budget: int = 60
     if bf16 is not None:
         brows, _, benv = bf16
         others = brows.drop(index="ar")
-        fast = others.tokens_per_s.idxmax()
-        lines.append(f"- **In bfloat16** (`--dtype bfloat16`; two runs back to back, not paired): plain decoding "
-                     f"{brows.loc['ar'].tokens_per_s:.1f} tokens/s against float32's "
-                     f"{rows.loc['ar'].tokens_per_s:.1f}, "
-                     f"the fastest method ({describe(fast, benv)}) "
-                     f"{others.loc[fast].tokens_per_s:.1f} against float32's fastest "
-                     f"{greedy.tokens_per_s.max():.1f}; but only {others.identical_frac.min():.0%}-"
+        fast = others.speedup.idxmax()
+        lines.append(f"- **In bfloat16** (`--dtype bfloat16`; a second run, not paired with the first): plain "
+                     f"decoding {brows.loc['ar'].tokens_per_s:.1f} tokens/s (median over prompts) against float32's "
+                     f"{rows.loc['ar'].tokens_per_s:.1f}; the fastest method ({describe(fast, benv)}) "
+                     f"{_speed(others.loc[fast])} as fast as bf16 plain decoding (float32's fastest: "
+                     f"{_speed(greedy.loc[best])}); but only {others.identical_frac.min():.0%}-"
                      f"{others.identical_frac.max():.0%} of the speculative methods' outputs equalled bf16 plain "
                      "decoding's (verifying several tokens at once rounds differently from decoding one), and bf16 "
-                     "plain decoding is not float32's model either: faster, not exact.")
+                     "plain decoding is not float32's model either: faster, not exact. Take it where an answer of "
+                     "the model's quality will do (a chat service); keep float32 where the output must be plain "
+                     "greedy decoding's, token for token (tests, reproducible evaluations).")
     tau = study_tau if study_tau is not None else _study_tau(results, main_budget)
     if tau is not None and len(tau):
         lines.append("- **On a GPU** (a prediction, not measured here): the paper's 25-node tree costs about one "
