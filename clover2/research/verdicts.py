@@ -914,10 +914,11 @@ def _rule_note(design: DesignConfig, rule: pd.DataFrame | None) -> str:
     if rule is None or rule.empty:
         return ""
     added = rule.groupby("arm").seeds_added.first()
-    return (f"Amendment 1's rule: once an arm's first seeds are replayed, the power of each primary arm's comparison "
-            f"with it to find a {rule.difference.iloc[0]:.0%} difference in tau at Holm's strictest step of the "
-            f"architectures family (two-sided at {rule.alpha.iloc[0]:.4f}), from each arm's own seed spread and the "
-            f"prompts' paired differences; below {RULE_POWER:.0%}, its planned extra seeds are added. "
+    return (f"Amendment 1's rule: once an arm's first seeds are replayed, the rule computes the power of each "
+            f"primary arm's comparison with it to find a {rule.difference.iloc[0]:.0%} difference in tau at Holm's "
+            f"strictest step of the architectures family (two-sided at {rule.alpha.iloc[0]:.4f}), from each arm's "
+            f"own seed spread and the prompts' paired differences. Where a power is below {RULE_POWER:.0%}, the "
+            "arm's planned extra seeds are added. "
             + " ".join(f"{arm}: {'no seeds added' if not n else f'{n} seeds added'}." for arm, n in added.items()))
 
 
@@ -1132,15 +1133,16 @@ def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataF
                     "generator per arm; 97.5% intervals; p adjusted by Bonferroni, as they are): the amendment's "
                     "readings above replace these." + _single_stream(
                         tables.get("earlier_bootstrap"))),
-        "weighting": ("Other readings of the primary comparisons", "The protocol's tau pools tokens and forwards "
-                      "over the "
-                      "prompts, so a prompt weighs by its forwards (the convention of vLLM's and SGLang's acceptance "
-                      "length); beside it, every prompt weighted alike (the geometric mean of the per-prompt tau "
-                      "ratios, the seeds averaged in logs), from the same bootstrap at the primary family's 97.5%"
+        "weighting": ("Other readings of the primary comparisons", "The protocol's tau pools tokens and target "
+                      "forwards over the prompts, so a prompt counts in proportion to the forwards it took (the "
+                      "convention of vLLM's and SGLang's acceptance length); beside it, every prompt weighted "
+                      "alike (the geometric mean of the per-prompt tau ratios, the seeds averaged in logs), from "
+                      "the same bootstrap at the primary family's 97.5%"
                       + (f"; and pooled without the {int(tables['weighting'].seen_prompts.iloc[0])} evaluation "
                          f"prompts that the `{design.developed_on}` profile's benchmark also samples, on which this "
                          "project's value gain was developed" if "unseen" in tables.get("weighting", ()) else "")
-                      + ". Descriptive, added after P1 was read: the verdicts are the pooled ratio's."),
+                      + ". Descriptive, added after the primary comparisons (P1: the official Clover-2 over EAGLE-1; "
+                      "P2: this project's Clover-2 over EAGLE-1) were read: the verdicts are the pooled ratio's."),
         "positions": ("Acceptance by draft position", f"Per arm at its chosen rate ({design.main} steps, the "
                       f"{_tree(design.trees[0])} tree, every seed), the share of decoding steps that accept a "
                       "draft token at each depth given they accepted the one before it (the per-position "
