@@ -75,7 +75,7 @@ def test_a_differing_output_and_the_bf16_run_are_said(tmp_path):
     text = box(tmp_path, study_tau=pd.Series(dtype=float))
     assert "not every output equalled" in text
     assert "only 40%-40% of the speculative methods' outputs equalled bf16 plain decoding's" in text
-    assert "the fastest method (EAGLE-1 (the tree fitted to this machine, a dynamic tree of 5 nodes)) 1.10x " \
+    assert "the fastest method, EAGLE-1 (the tree fitted to this machine, a dynamic tree of 5 nodes), ran 1.10x " \
            "[1.05, 1.15] as fast as bf16 plain decoding (float32's fastest: 1.43x [1.38, 1.48])" in text
     assert "(median over prompts)" in text and "keep float32 where the output must be plain greedy decoding's" in text
     assert "On a GPU" not in text

@@ -245,7 +245,7 @@ def box(results: Path, study_tau: pd.Series | None = None, main_budget: int = 60
         fast = others.speedup.idxmax()
         lines.append(f"- **In bfloat16** (`--dtype bfloat16`; a second run, not paired with the first): plain "
                      f"decoding {brows.loc['ar'].tokens_per_s:.1f} tokens/s (median over prompts) against float32's "
-                     f"{rows.loc['ar'].tokens_per_s:.1f}; the fastest method ({describe(fast, benv)}) "
+                     f"{rows.loc['ar'].tokens_per_s:.1f}; the fastest method, {describe(fast, benv)}, ran "
                      f"{_speed(others.loc[fast])} as fast as bf16 plain decoding (float32's fastest: "
                      f"{_speed(greedy.loc[best])}); but only {others.identical_frac.min():.0%}-"
                      f"{others.identical_frac.max():.0%} of the speculative methods' outputs equalled bf16 plain "
