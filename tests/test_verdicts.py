@@ -646,3 +646,38 @@ def test_the_findings_set_the_first_positions_beside_each_other():
     line = next(x for x in _findings(DESIGN, {"positions": pos}) if "by draft position" in x)
     assert "accepted in c2 0.42, e1 0.46 of steps" in line and "first, in c2 0.41, e1 0.37" in line
     assert " m " not in line  # the primary arms and the reference only
+
+
+def test_the_ablation_table_gives_each_parts_effect_with_its_interval_and_the_cpu_profiles_reading():
+    """Clover-2's parts: per part, the tau without it beside the official's, the part's effect (official over
+    without, - 1) with the comparison's interval inverted, its Holm p and verdict; the cpu profile's one-seed
+    reading of the same part beside it where it ran one; the section on the results page."""
+    from clover2.research.verdicts import PART_HELPS, analyze, page, parts, readable, with_cpu_reading
+
+    design = replace(DESIGN, arms=DESIGN.arms | {"official-no-projector": Arm("clover2", lr_from="c2", tier=3),
+                                                 "official-1-layer-block": Arm("clover2", lr_from="c2", tier=3)})
+    rep = replays({"c2": 1.9, "e1": 1.8, "m": 1.6, "official-no-projector": 1.75, "official-1-layer-block": 1.9},
+                  seeds={"c2": 5, "e1": 5, "m": 3, "official-no-projector": 3, "official-1-layer-block": 3})
+    runs = rep.groupby("run").first().reset_index()[["run", "arm", "lr", "seed", "budget", "share"]].assign(
+        dev=1.5, tokens=1000, epochs=1.0)
+    dev = DEV | {(a, 1e-3): 1.5 for a in design.arms}
+    tables = analyze(design, runs, rep, dev)
+    table = tables["parts"].set_index("arm")
+    v = tables["verdicts"].set_index("comparison").loc["official-no-projector / c2"]
+    row = table.loc["official-no-projector"]
+    assert row.part == "the output projector" and row.verdict == PART_HELPS == v.verdict
+    assert row.effect == pytest.approx(1 / v.ratio - 1) and row.effect_lo == pytest.approx(1 / v.hi - 1)
+    assert row.effect_lo < row.effect < row.effect_hi and row.effect > 0.05  # about 1.9 / 1.75
+    assert row.tau_official == pytest.approx(tables["spread"].set_index(["arm", "budget"]).tau[("c2", 600)])
+    assert table.loc["official-1-layer-block"].effect_lo < 0 < table.loc["official-1-layer-block"].effect_hi
+    summary = pd.DataFrame({"variant": ["clover2", "clover2-no-projector"], "tau": [1.37, 1.32]})
+    read = with_cpu_reading(tables["parts"], summary).set_index("arm").cpu_profile_effect
+    assert read["official-no-projector"] == pytest.approx(1.37 / 1.32 - 1) and np.isnan(read["official-1-layer-block"])
+    shown = readable("parts", with_cpu_reading(tables["parts"], summary))
+    assert list(shown.columns)[-1] == "the `cpu` profile's one seed" and shown.iloc[0, -1].startswith("+3.8%")
+    status = runs.assign(state="done", steps=600.0)
+    text = page(design, {**tables, "parts": with_cpu_reading(tables["parts"], summary)}, status, machine="cpu",
+                commits="abc")
+    assert "## Clover-2's parts" in text and text.index("## Clover-2's parts") < text.index("## Per task")
+    assert "parts" not in analyze(DESIGN, runs, rep, DEV)  # no part replayed: no table
+    assert parts(DESIGN, pd.DataFrame(), pd.DataFrame()).empty

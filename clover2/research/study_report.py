@@ -32,6 +32,7 @@ from clover2.research.verdicts import (
     power_rule,
     speed_table,
     superseded,
+    with_cpu_reading,
 )
 
 FIGURES = "figures"  # results/<profile>/figures/: the page's images
@@ -47,6 +48,9 @@ def write_report(experiment: Experiment) -> dict[str, pd.DataFrame]:
     rule = power_rule(experiment.protocol, replays, dev) if not replays.empty else pd.DataFrame()
     if not rule.empty:  # once an arm with extra seeds has its first ones: read on the protocol's own seeds
         tables["power_rule"] = rule
+    summary = results.parent / "cpu" / "ablations" / "summary.csv"  # the cpu profile's one-seed ablations
+    if "parts" in tables and summary.exists():
+        tables["parts"] = with_cpu_reading(tables["parts"], pd.read_csv(summary))
     for name, df in tables.items():
         write_csv(results / f"{name}.csv", df)
     if design is experiment.design and not replays.empty:  # the readings before amendment 1 stay beside its own

@@ -274,6 +274,47 @@ def verdicts(design: DesignConfig, table: dict[Key, Cell], *, seed: int = 0) -> 
     return out.drop(columns="complete")
 
 
+# Clover-2's parts (amendment 1): each arm's part, the official recipe's, in words, and the `cpu` profile's variant
+# that removed the same part from this project's Clover-2 (its one-seed ablation), where it ran one
+PARTS = {"official-extraction-after": ("extracting the token before the augmenting block (here: after it)", None),
+         "official-no-projector": ("the output projector", "clover2-no-projector"),
+         "official-1-layer-block": ("the augmenting block's second layer", None),
+         "official-hard-labels": ("distillation from the target's distributions and states (here: hard labels)",
+                                  "clover2-hard-labels")}
+
+
+def parts(design: DesignConfig, verdicts: pd.DataFrame, spread: pd.DataFrame) -> pd.DataFrame:
+    """The ablation table: per part of the official recipe removed (the parts family), the tau of the arm without
+    it and of the official arm (the main budget, the first tree, each its seeds' mean), and the part's effect on
+    tau, official over without - 1, with its interval (the comparison's, inverted) and its Holm-adjusted p and
+    verdict."""
+    v = verdicts[verdicts.family == "parts"] if not verdicts.empty else verdicts
+    if v.empty:
+        return pd.DataFrame()
+    tau = spread[(spread.budget == design.main) & (spread.share == 1) & (spread.tree == design.trees[0])] \
+        .set_index("arm").tau
+    rows = []
+    for r in v.itertuples():
+        arm, official = r.comparison.split(" / ")
+        rows.append({"arm": arm, "part": PARTS.get(arm, (arm, None))[0], "seeds": r.seeds,
+                     "tau_without": tau.get(arm, np.nan), "tau_official": tau.get(official, np.nan),
+                     "effect": 1 / r.ratio - 1, "effect_lo": 1 / r.hi - 1, "effect_hi": 1 / r.lo - 1,
+                     "p_adjusted": r.p_adjusted, "verdict": r.verdict})
+    return pd.DataFrame(rows)
+
+
+def with_cpu_reading(table: pd.DataFrame, summary: pd.DataFrame) -> pd.DataFrame:
+    """The ablation table with the `cpu` profile's one-seed reading of the same part beside it (its ablations'
+    `summary.csv`: Clover-2 with this project's value gain over the variant without the part, - 1), where the
+    profile removed that part."""
+    if table.empty or summary.empty:
+        return table
+    tau = summary.set_index("variant").tau
+    earlier = [tau["clover2"] / tau[v] - 1 if v in tau.index and "clover2" in tau.index else np.nan
+               for v in (PARTS.get(arm, ("", None))[1] for arm in table.arm)]
+    return table.assign(cpu_profile_effect=earlier)
+
+
 def prompts_alike(table: dict[Key, Cell]) -> dict[Key, Cell]:
     """Each cell with every prompt weighted alike: its log tau per seed and prompt stands as the `tokens` over
     `steps` of one each, so that `bootstrap`, which resamples ratios of sums, resamples their means, and a ratio
@@ -466,6 +507,8 @@ def analyze(design: DesignConfig, runs: pd.DataFrame, replays: pd.DataFrame, dev
         return tables
     tables["spread"] = spread(table)
     tables["verdicts"] = verdicts(design, table)
+    if len(ablation := parts(design, tables["verdicts"], tables["spread"])):
+        tables["parts"] = ablation
     tables["power"] = pd.DataFrame([{"comparison": f"{a} / {design.reference}",
                                      **power(table, a, design.reference, budget=design.main,
                                              level=primary_level(design), target_half_width=TARGET_HALF_WIDTH)}
@@ -690,6 +733,17 @@ def readable(name: str, df: pd.DataFrame) -> pd.DataFrame:
                               for x in df.get("excess_ratio", pd.Series(np.nan, df.index))],
             "adjusted p": df.p_adjusted.map(p_text), "seeds": df.seeds, "verdict": df.verdict})
         return out.drop(columns=["steps"]) if df.budget.nunique() == 1 else out
+    if name == "parts":
+        out = pd.DataFrame({
+            "the part": df.part, "arm without it": df.arm, "seeds": df.seeds,
+            "tau without it": df.tau_without.map("{:.3f}".format),
+            "tau, official": df.tau_official.map("{:.3f}".format),
+            "the part's effect on tau [interval]": [f"{r.effect:+.1%} [{r.effect_lo:+.1%}, {r.effect_hi:+.1%}]"
+                                                    for r in df.itertuples()],
+            "adjusted p": df.p_adjusted.map(p_text), "verdict": df.verdict})
+        if "cpu_profile_effect" in df and df.cpu_profile_effect.notna().any():
+            out["the `cpu` profile's one seed"] = df.cpu_profile_effect.map(lambda x: "" if x != x else f"{x:+.1%}")
+        return out
     if name == "spread":  # one row per arm, one column per budget, data share and tree
         cell = lambda r: (f"{r.tau:.3f} ({'' if np.isnan(r.seed_sd) else f'{r.seed_sd:.3f}, '}"  # noqa: E731
                           f"±{r.prompt_half_width:.3f})")
@@ -1128,6 +1182,14 @@ def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataF
                      "and their p adjusted by Bonferroni, as their intervals are), is in `verdicts.csv`. The first "
                      "figure above shows every comparison, the primary two included, "
                      f"against the paper's claimed gain of {design.smallest_claim:.0%}-{design.largest_claim:.0%}."),
+        "parts": ("Clover-2's parts", f"Each part of the official recipe removed on its own (amendment 1), at "
+                  f"the official arm's rate, {design.main} steps, the {_tree(design.trees[0])} tree: the part's "
+                  "effect is the official arm's tau over the arm without it, less 1, with the comparison's 95% "
+                  "interval over seeds and prompts; p adjusted by Holm within the parts family; \"helps\" where "
+                  "the arm without it is behind."
+                  + (" Beside it, where the `cpu` profile removed the same part from this project's Clover-2 (one "
+                     "seed of 90 steps, 24 prompts: no interval over seeds), its reading."
+                     if "cpu_profile_effect" in tables.get("parts", ()) else "")),
         "earlier": ("The primary comparisons by the protocol's first rules", "Each arm at the rate the protocol's "
                     "first grid chose (extended once, no half steps), re-read with the current bootstrap (one random "
                     "generator per arm; 97.5% intervals; p adjusted by Bonferroni, as they are): the amendment's "
