@@ -1258,8 +1258,13 @@ def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataF
                       "seed, replayed alike: its tau beside the first run's, and the arm's seed-to-seed standard "
                       "deviation at that budget and tree (descriptive)."),
         "speed": ("Speed of the primary pair at the 25-node tree", _speed_note(tables.get("speed"), design)),
-        "published": ("The published drafts", "`results/study/drafts/`, bf16: tau replayed from them by `clover2 "
-                      "study check` beside the committed tau of the run each came from.")}
+        "published": ("The published drafts", "`results/study/drafts/`, bf16: seed 0 of every arm with a grid of "
+                      "its own, tau replayed from it by `clover2 study check` beside the committed tau of the run it "
+                      "came from."
+                      + (" The arms without one of Clover-2's parts are ablations, not drafts to use, and are not "
+                         "published (20 MB each); each can be trained again from the study's profile (`profile.yaml`) "
+                         "and its row in `runs.csv`."
+                         if any(s.lr_from for s in design.arms.values()) else ""))}
     shown = {"verdicts": lambda d: d[d.family != "primary"],  # the primary pair is above, in words
              "spread": lambda d: d[d.budget.isin(design.budgets) & (d.share == 1)],  # curve points: below
              "curve": lambda d: d[d.arm.isin((*design.primary, design.reference))]}
