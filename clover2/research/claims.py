@@ -558,13 +558,17 @@ def engines(results: Path) -> str:
 
     cpp = env["llama_cpp"]
     draft = next(iter(cpp["drafts"].values()), {})
-    tau = {m.partition("@")[0]: t for m, t in zip(rows.method, rows.tau) if "!" not in m}
+    specs = {m: MethodSpec.parse(m) for m in rows.method}
+    tau = {(s.name, s.tree): t for (m, s), t in zip(specs.items(), rows.tau) if s.engine != "defaults"}
+    chains = [tree for (n, tree) in tau if n == "eagle3" and ("llama.cpp+eagle3", tree) in tau]
     plain = pairs[(pairs.method == "llama.cpp") & (pairs.versus == "ar")].iloc[0]
-    fastest = rows.sort_values("tokens_per_s").iloc[-1]
-    lead = (f"The same draft on the same chain accepts {tau.get('llama.cpp+eagle3', float('nan')):.3f} tokens per "
-            f"step in llama.cpp and {tau.get('eagle3', float('nan')):.3f} in clover2; llama.cpp's plain decoding "
-            f"runs {plain.speed_ratio:.2f}x as fast as clover2's, and the fastest method here is "
-            f"{name(fastest.method)} ({fastest.tokens_per_s:.1f} tokens/s). ")
+    over = pairs[pairs.versus == "llama.cpp"].set_index("method").speed_ratio.reindex(rows.method).fillna(1.0)
+    fastest = over.idxmax()  # by the page's one speed statistic, over llama.cpp's plain decoding
+    lead = ("The same draft accepts " + "; ".join(
+        f"{tau['llama.cpp+eagle3', t]:.3f} tokens per step in llama.cpp and {tau['eagle3', t]:.3f} in clover2 on the "
+        f"{t.removeprefix('chain')}-token chain" for t in chains) + ". " if chains else "") + (
+        f"llama.cpp's plain decoding runs {plain.speed_ratio:.2f}x as fast as clover2's, and the fastest method here "
+        f"is {name(fastest)}, {over[fastest]:.2f}x llama.cpp's plain decoding. ")
     lines = [lead + f"Measured on {env['cpu_name']} ({env['cpu_count']} cores, {env['torch_threads']} threads "
              "for each), "
              f"clover2 commit {env['commit']}, llama.cpp {cpp['version'].removeprefix('version: ')}; the target's "
