@@ -679,5 +679,8 @@ def test_the_ablation_table_gives_each_parts_effect_with_its_interval_and_the_cp
     text = page(design, {**tables, "parts": with_cpu_reading(tables["parts"], summary)}, status, machine="cpu",
                 commits="abc")
     assert "## Clover-2's parts" in text and text.index("## Clover-2's parts") < text.index("## Per task")
+    assert "its reading" in text  # the caption names the cpu profile's column only where it is shown
+    lone = with_cpu_reading(tables["parts"], summary.iloc[:1])  # no variant of the profile removed a part here
+    assert "its reading" not in page(design, {**tables, "parts": lone}, status, machine="cpu", commits="abc")
     assert "parts" not in analyze(DESIGN, runs, rep, DEV)  # no part replayed: no table
     assert parts(DESIGN, pd.DataFrame(), pd.DataFrame()).empty

@@ -1189,7 +1189,8 @@ def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataF
                   "the arm without it is behind."
                   + (" Beside it, where the `cpu` profile removed the same part from this project's Clover-2 (one "
                      "seed of 90 steps, 24 prompts: no interval over seeds), its reading."
-                     if "cpu_profile_effect" in tables.get("parts", ()) else "")),
+                     if "cpu_profile_effect" in tables.get("parts", ()) and
+                     tables["parts"].cpu_profile_effect.notna().any() else "")),
         "earlier": ("The primary comparisons by the protocol's first rules", "Each arm at the rate the protocol's "
                     "first grid chose (extended once, no half steps), re-read with the current bootstrap (one random "
                     "generator per arm; 97.5% intervals; p adjusted by Bonferroni, as they are): the amendment's "
