@@ -57,7 +57,7 @@ def test_the_box_names_the_fastest_exact_method_and_its_command(tmp_path):
     first = text.splitlines()[3]
     assert "the suffix cache with EAGLE-1 (the tree fitted to this machine" in first and "1.43x [1.38, 1.48]" in first
     assert f"`clover2 generate --method suffix+eagle1@dynamic:5:3:8={D}/eagle1`" in first
-    assert "Clover-2 (the paper's recipe) 1.15x [1.10, 1.20] (1.40 tokens per step)" in text
+    assert "Clover-2 (the paper's recipe) 1.15x [1.10, 1.20];" in text
     assert "1.12x [1.05, 1.20] over the cache alone" in text
     assert "Against EAGLE-1 on the same prompts, each on its fitted tree: Clover-2 (the paper's recipe) was slower, " \
         "0.92x [0.88, 0.96]." in first  # the pairing named, none left to be "not told apart"
@@ -74,10 +74,10 @@ def test_a_differing_output_and_the_bf16_run_are_said(tmp_path):
     _run(tmp_path / "use" / "bfloat16", {"eagle1@fitted=eagle1": (1.1, 1.4)}, identical=0.4)
     text = box(tmp_path, study_tau=pd.Series(dtype=float))
     assert "not every output equalled" in text
-    assert "only 40%-40% of the speculative methods' outputs equalled bf16 plain decoding's" in text
-    assert "the fastest method, EAGLE-1 (the tree fitted to this machine, a dynamic tree of 5 nodes), ran 1.10x " \
-           "[1.05, 1.15] as fast as bf16 plain decoding (float32's fastest: 1.43x [1.38, 1.48])" in text
-    assert "(median over prompts)" in text and "keep float32 where the output must be plain greedy decoding's" in text
+    assert "only 40%-40% of the speculative outputs equalled bf16 plain decoding's" in text
+    assert "the fastest method, EAGLE-1, 1.10x [1.05, 1.15] bf16 plain decoding's speed (float32's fastest: 1.43x " \
+           "[1.38, 1.48])" in text
+    assert "(median)" in text and "keep float32 where the output must be plain greedy decoding's" in text
     assert "On a GPU" not in text
     page = table(tmp_path)  # every method, with its command (D: the published drafts' folder), both runs' files
     assert page.count("| method |") == 1 and "../results/use/bfloat16/bench.csv" in page

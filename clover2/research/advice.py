@@ -123,10 +123,9 @@ def table(results: Path) -> str:
     rows = rows.sort_values("speedup", ascending=False)
     lines = [f"Measured in float32 (the command line's default: every output is plain decoding's, token for token) on "
              f"{_measured(env, rows)}; plain decoding {rows.loc['ar'].tokens_per_s:.1f} tokens/s. `D` is "
-             f"`{PUBLISHED}`. A method's speed is the geometric mean over prompts of plain decoding's time over "
-             "its own on the same prompt, with a 95% bootstrap interval (not a ratio of median tokens per second, "
-             "which weighs prompts otherwise). Each draft's tree was fitted to this machine (`@fitted`), and its "
-             "command names the tree the fit chose; on another machine, write `@fitted` to fit it there.", "",
+             f"`{PUBLISHED}`. Speed: the geometric mean over prompts of plain decoding's time over the method's "
+             "(not a ratio of median tokens per second), with its 95% bootstrap interval; each command names the "
+             "tree fitted here (`@fitted`, below).", "",
              "| method | `clover2 generate` | tokens per step | speed over plain decoding |", "|---|---|---|---|"]
     lines += [f"| {_capital(short(m))}{', ' + t if (t := _tree_words(m, env)) else ''} | "
               f"`{command(m, env).replace(PUBLISHED, 'D')}` | "
@@ -208,8 +207,8 @@ def box(results: Path, study_tau: pd.Series | None = None, main_budget: int = 60
         lines[0] += (" Not told apart from it on the same prompts (paired, 95%): "
                      + "; ".join(f"{short(m)} {_speed(greedy.loc[m])}" for m in ties) + ".")
     lines.append(
-        "- **A draft alone**, on the tree fitted to this CPU: "
-        + "; ".join(f"{name} {_speed(r)} ({r.tau:.2f} tokens per step)" for name, _, r in alone)
+        "- **A draft alone**, on the tree fitted to this CPU (tokens per step: the table below): "
+        + "; ".join(f"{name} {_speed(r)}" for name, _, r in alone)
         + ". **Copying from the prompt**, no draft: "
         + "; ".join(f"{COPIES[m]} {_speed(greedy.loc[m])}" for m in COPIES if m in greedy.index) + ".")
     if behind and "suffix" in greedy.index:
@@ -243,16 +242,15 @@ def box(results: Path, study_tau: pd.Series | None = None, main_budget: int = 60
         brows, _, benv = bf16
         others = brows.drop(index="ar")
         fast = others.speedup.idxmax()
-        lines.append(f"- **In bfloat16** (`--dtype bfloat16`; a second run, not paired with the first): plain "
-                     f"decoding {brows.loc['ar'].tokens_per_s:.1f} tokens/s (median over prompts) against float32's "
-                     f"{rows.loc['ar'].tokens_per_s:.1f}; the fastest method, {describe(fast, benv)}, ran "
-                     f"{_speed(others.loc[fast])} as fast as bf16 plain decoding (float32's fastest: "
+        lines.append(f"- **In bfloat16** (`--dtype bfloat16`, a second run): plain decoding "
+                     f"{brows.loc['ar'].tokens_per_s:.1f} tokens/s (median) against float32's "
+                     f"{rows.loc['ar'].tokens_per_s:.1f}; the fastest method, {short(fast)}, "
+                     f"{_speed(others.loc[fast])} bf16 plain decoding's speed (float32's fastest: "
                      f"{_speed(greedy.loc[best])}); but only {others.identical_frac.min():.0%}-"
-                     f"{others.identical_frac.max():.0%} of the speculative methods' outputs equalled bf16 plain "
-                     "decoding's (verifying several tokens at once rounds differently from decoding one), and bf16 "
-                     "plain decoding is not float32's model either: faster, not exact. Take it where an answer of "
-                     "the model's quality will do (a chat service); keep float32 where the output must be plain "
-                     "greedy decoding's, token for token (tests, reproducible evaluations).")
+                     f"{others.identical_frac.max():.0%} of the speculative outputs equalled bf16 plain "
+                     "decoding's (verifying several tokens at once rounds differently), and bf16 is not float32's "
+                     "model either. Take it where an answer of the model's quality will do; keep float32 where the "
+                     "output must be plain greedy decoding's, token for token.")
     tau = study_tau if study_tau is not None else _study_tau(results, main_budget)
     if tau is not None and len(tau):
         lines.append("- **On a GPU** (a prediction, not measured here): the paper's 25-node tree costs about one "
