@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from clover2.research.claims import claims, markdown
 
@@ -28,6 +29,18 @@ def _status(results: Path, start: str) -> str:
 
 def test_the_committed_verdict_is_what_the_committed_tables_say():
     assert (Path(__file__).parents[1] / "book" / "verdict.md").read_text() == markdown(RESULTS)
+
+
+def test_the_readmes_results_are_the_books_abstract():
+    """The README quotes the front page's abstract between its markers, in plain Markdown, regenerated with it."""
+    from clover2.research.claims import README_END, README_START, with_abstract
+
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    assert with_abstract(readme, RESULTS) == readme
+    block = readme.split(README_START)[1].split(README_END)[0]
+    assert "**In short.**" in block and "{term}" not in block and "{dfn}" not in block
+    with pytest.raises(ValueError, match="markers"):
+        with_abstract("# no markers here\n", RESULTS)
 
 
 def test_a_changed_table_changes_the_verdict(tmp_path):
