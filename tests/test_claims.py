@@ -121,7 +121,7 @@ def test_the_speed_of_the_pair_on_a_cpu_is_shown_but_not_judged(tmp_path):
     assert claim.status == "not testable here" and claim.here.startswith("a GPU's claim")
     assert claim.here.endswith("on that tree here, seed 0 paired by prompt: Clover-2 (paper's recipe) 1.200x "
                                "[1.100, 1.300], Clover-2 (value gain) 1.500x [1.400, 1.600] as fast as EAGLE-1")
-    assert "costs about one plain step to check, here " in claim.here  # the cpu profile's cost curve
+    assert "costs about one plain step to check there, " in claim.here  # and here: the cpu profile's cost curve
     # a run whose drafts the study has since replaced (a rate its grid no longer chooses): none of it stands
     (results / "study/drafts/clover2").mkdir(parents=True)
     (results / "study/drafts/clover2/draft.json").write_text(json.dumps({"weights_sha256": "new"}))

@@ -146,7 +146,7 @@ def study_claims(results: Path, design: DesignConfig | None = None) -> list[Clai
                 "; its learning rate is at the edge of its tuning grid" if arm in edge else "")
             here += _with_training(study, design, arm, x)
         out.append(Claim(f"{_subject(arm)} predicts more tokens per step than {NAMES.get(ref, ref)}",
-                         f"tau {_pct(taus.tau_ratio.min(), taus.tau_ratio.max())} (the protocol tests "
+                         f"tau {_pct(taus.tau_ratio.min(), taus.tau_ratio.max())} (tested: "
                          f"+{100 * design.smallest_claim:g} to +{100 * design.largest_claim:g}%)", here, status, page,
                          DEPARTURES.get(arm, "")))
     speed = _read(study / "speed" / "paired.csv")
@@ -160,8 +160,8 @@ def study_claims(results: Path, design: DesignConfig | None = None) -> list[Clai
     # the paper's claim is about GPUs, which verify its 25-node tree in about one plain step: not testable on
     # a CPU whatever the ratio (the protocol); its CPU form is a claim of its own (amendment 1)
     cost = tree_cost(results)
-    here = ("a GPU's claim (there the paper's 25-node tree costs about one plain step to check"
-            + (f", here {cost:.1f}" if cost is not None else "") + ")" + ("" if not measured else
+    here = ("a GPU's claim (the 25-node tree costs about one plain step to check there"
+            + (f", {cost:.1f} here" if cost is not None else "") + ")" + ("" if not measured else
             "; on that tree here, seed 0 paired by prompt: " + ", ".join(
                 f"{_brief(a)} {speed.speed_ratio[a]:.3f}x {bracket(speed.speed_ratio_lo[a], speed.speed_ratio_hi[a])}"
                 for a in measured) + f" as fast as {NAMES.get(ref, ref)}"))
