@@ -316,7 +316,7 @@ def test_a_part_that_helps_reproduces_the_papers_design_claim(tmp_path):
     found = {c.claim: c for c in study_claims(results)}
     assert claim not in found and found["Each of Clover-2's parts helps"].status == "not decided yet"
     assert found["Each of Clover-2's parts helps"].here.endswith(
-        "so far, each part's arm over the official recipe, tau ratio: without its output projector 0.970 [0.960, "
+        "so far, tau over the official: without its output projector 0.970 [0.960, "
         "0.980] (1 vs 5 seeds)")
     pd.DataFrame([row]).to_csv(results / "study/verdicts.csv", index=False)  # decided; three parts still to train
     found = {c.claim: c.status for c in study_claims(results)}

@@ -211,7 +211,7 @@ def study_claims(results: Path, design: DesignConfig | None = None) -> list[Clai
                              progress, "not decided yet", page))
         elif family == "parts" and (planned or waiting):  # the parts' question stays open until each is decided
             out.append(Claim("Each of Clover-2's parts helps", "(its design)", progress + (
-                "; so far, each part's arm over the official recipe, tau ratio: " + "; ".join(waiting)
+                "; so far, tau over the official: " + "; ".join(waiting)
                 if waiting else ""), "not decided yet", page))
     rivals = [a for a in design.cut if not design.arms[a].lr_from]
     if rivals:
