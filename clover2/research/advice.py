@@ -20,6 +20,7 @@ import pandas as pd
 
 from clover2.drafts.methods import MethodSpec
 from clover2.measure.bench import record_name
+from clover2.research.verdicts import bracket
 
 PUBLISHED = "results/study/drafts"  # where the published drafts live, as a command names them
 # each published draft folder as a reader knows it (the study's arms; the value gain is a departure)
@@ -169,11 +170,8 @@ def _paired(paired: pd.DataFrame, method: str, versus: str) -> pd.Series | None:
 
 
 def _ratio(r: pd.Series) -> str:
-    """A paired speed ratio: two decimals, three for a bound that two would print as 1.00 (its side of 1 is
-    what "faster" or "slower" reads)."""
-    def bound(v: float) -> str:
-        return f"{v:.3f}" if f"{v:.2f}" == "1.00" and round(v, 3) != 1 else f"{v:.2f}"
-    return f"{r.speed_ratio:.2f}x [{bound(r.speed_ratio_lo)}, {bound(r.speed_ratio_hi)}]"
+    """A paired speed ratio, its interval's side of 1 kept (what "faster" or "slower" reads)."""
+    return f"{r.speed_ratio:.2f}x {bracket(r.speed_ratio_lo, r.speed_ratio_hi, digits=2)}"
 
 
 def box(results: Path, study_tau: pd.Series | None = None, main_budget: int = 600, *, brief: bool = False) -> str:

@@ -233,8 +233,8 @@ def _with_training(study: Path, design: DesignConfig, arm: str, row) -> str:
     and at the curve's longest (seed 0, where both arms' curves run at their chosen rates): the verdict is read at
     one small budget, and a reader asks which way it moves."""
     out = ""
-    if "excess_ratio" in row.index and row.excess_ratio == row.excess_ratio:  # the paper's convention: the rules
-        out = f"; tau - 1 ratio (the paper's convention) {row.excess_ratio:.3f}"  # the rules read tau
+    if "excess_ratio" in row.index and row.excess_ratio == row.excess_ratio:  # the rules read tau; the paper tau - 1
+        out = f"; tau - 1 ratio (the paper's convention) {row.excess_ratio:.3f}"
         if {"excess_lo", "excess_hi"} <= set(row.index) and row.excess_lo == row.excess_lo:
             out += f" {bracket(row.excess_lo, row.excess_hi)}" + (
                 f", not within {design.margin:.0%}" if "equivalent" in row.verdict and not
@@ -519,12 +519,12 @@ def markdown(results: Path) -> str:
     """The abstract, the verdict box (the claims grouped by status, the paper's recipe first, a departure
     from the paper in a group of its own), then the claims table."""
     rows, cost = claims(results), tree_cost(results)
-    why = {"not testable here": f" (a GPU checks the 25-node tree in about one plain step, this CPU in {cost:.1f})"
-           if cost is not None and cost >= NOT_TESTABLE_COST else ""}  # the reason, said once on the front page
+    why = (f" (a GPU checks the 25-node tree in about one plain step, this CPU in {cost:.1f})"
+           if cost is not None and cost >= NOT_TESTABLE_COST else "")  # why not testable: said once, in the box
     lines = [abstract(results), "", "```{admonition} The verdict, claim by claim", ":class: verdict", ""]
     for status, departure in _group_order(rows):
         mine = _merged(_box_texts([c for c in rows if _group(c) == (status, departure)]))
-        lead = f"**{status.capitalize()}**" + why.get(status, "") + (
+        lead = f"**{status.capitalize()}**" + (why if status == "not testable here" else "") + (
             f", with a departure from the paper ({departure})" if departure else "")
         lines.append(f"- {lead}: {'; '.join([mine[0]] + [_lower(m) for m in mine[1:]])}.")
     lines += ["```", "",
@@ -563,8 +563,7 @@ def engines(results: Path) -> str:
 
     cpp = env["llama_cpp"]
     draft = next(iter(cpp["drafts"].values()), {})
-    specs = {m: MethodSpec.parse(m) for m in rows.method}
-    tau = {(s.name, s.tree): t for (m, s), t in zip(specs.items(), rows.tau) if s.engine != "defaults"}
+    tau = {(s.name, s.tree): t for s, t in zip(map(MethodSpec.parse, rows.method), rows.tau) if s.engine != "defaults"}
     chains = [tree for (n, tree) in tau if n == "eagle3" and ("llama.cpp+eagle3", tree) in tau]
     plain = pairs[(pairs.method == "llama.cpp") & (pairs.versus == "ar")].iloc[0]
     over = pairs[pairs.versus == "llama.cpp"].set_index("method").speed_ratio.reindex(rows.method).fillna(1.0)

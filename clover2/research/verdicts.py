@@ -156,11 +156,11 @@ def reason(lo: float, hi: float, margin: float, smallest_claim: float, largest_c
     return said.replace("the rival", rival)
 
 
-def bracket(lo: float, hi: float) -> str:
-    """An interval as the pages print it: three decimals, four for a bound that three would print as
-    1.000 (the side of 1 it falls on is what the decision rules read)."""
+def bracket(lo: float, hi: float, digits: int = 3) -> str:
+    """An interval as the pages print it: `digits` decimals, one more for a bound that they would print as
+    1 (the side of 1 it falls on is what the decision rules read)."""
     def bound(v: float) -> str:
-        return f"{v:.4f}" if f"{v:.3f}" == "1.000" and v != 1 else f"{v:.3f}"
+        return f"{v:.{digits + 1}f}" if f"{v:.{digits}f}" == f"{1:.{digits}f}" and v != 1 else f"{v:.{digits}f}"
     return f"[{bound(lo)}, {bound(hi)}]"
 
 
