@@ -297,30 +297,35 @@ def test_a_study_in_progress_counts_its_planned_runs_as_the_results_page_does(tm
     assert parts().startswith("in progress (2 of 3 planned runs finished)")
 
 
-def test_a_part_that_helps_reproduces_the_papers_design_claim(tmp_path):
+def test_the_parts_are_read_as_the_papers_one_design_claim(tmp_path):
+    """Each of Clover-2's parts helps: one row, each part's effect in it; not reproduced once one part hurts,
+    reproduced only once every part is shown to help, open while a part waits and none hurts."""
     from clover2.research.claims import study_claims
     from clover2.research.verdicts import PART_HELPS, PART_HURTS, WAITS
 
     results = _copy(tmp_path)
-    row = {"family": "parts", "comparison": "official-no-projector / clover2-official", "tree": "eagle25",
-           "budget": 600, "ratio": 0.97, "lo": 0.96, "hi": 0.98, "p": 0.001, "p_adjusted": 0.004, "seeds": "3 vs 5",
-           "prompts": 131, "verdict": PART_HELPS}
-    claim = ("Clover-2 (official recipe) predicts more tokens per step than Clover-2 (official) without its output "
-             "projector")
-    for verdict, status in ((PART_HELPS, "reproduced"), (PART_HURTS, "not reproduced")):
-        pd.DataFrame([row | {"verdict": verdict}]).to_csv(results / "study/verdicts.csv", index=False)
-        assert {c.claim: c.status for c in study_claims(results)}[claim] == status
-    # a part waiting for its seeds is read in the one open claim about the parts, which the other parts, not
-    # replayed yet, keep open too
-    pd.DataFrame([row | {"verdict": WAITS, "seeds": "1 vs 5"}]).to_csv(results / "study/verdicts.csv", index=False)
-    found = {c.claim: c for c in study_claims(results)}
-    assert claim not in found and found["Each of Clover-2's parts helps"].status == "not decided yet"
-    assert found["Each of Clover-2's parts helps"].here.endswith(
-        "so far, tau over the official: without its output projector 0.970 [0.960, "
-        "0.980] (1 vs 5 seeds)")
-    pd.DataFrame([row]).to_csv(results / "study/verdicts.csv", index=False)  # decided; three parts still to train
-    found = {c.claim: c.status for c in study_claims(results)}
-    assert found[claim] == "reproduced" and found["Each of Clover-2's parts helps"] == "not decided yet"
+    parts = ["official-extraction-after", "official-no-projector", "official-1-layer-block", "official-hard-labels"]
+    row = {"family": "parts", "tree": "eagle25", "budget": 600, "ratio": 0.97, "lo": 0.96, "hi": 0.98, "p": 0.001,
+           "p_adjusted": 0.004, "seeds": "3 vs 5", "prompts": 131, "verdict": PART_HELPS}
+
+    def claim(*verdicts):
+        pd.DataFrame([row | {"comparison": f"{a} / clover2-official", "verdict": v}
+                      for a, v in zip(parts, verdicts)]).to_csv(results / "study/verdicts.csv", index=False)
+        found = [c for c in study_claims(results) if "parts" in c.claim or "projector" in c.claim]
+        assert len(found) == 1 and found[0].claim == "Each of Clover-2's parts helps"
+        return found[0]
+
+    assert claim(*[PART_HELPS] * 4).status == "reproduced"
+    assert claim(*[PART_HELPS] * 3, "no difference shown").status == "inconclusive"
+    assert claim(*[PART_HELPS] * 3).status == "not decided yet"  # hard labels not replayed yet
+    assert claim(PART_HELPS, WAITS, *[PART_HELPS] * 2).status == "not decided yet"
+    hurt = claim(PART_HURTS, WAITS)  # one part hurts: the claim cannot hold whatever the others show
+    assert hurt.status == "not reproduced"
+    assert hurt.here.startswith("the part's effect on tau: extracting the token before the augmenting block +3.1% "
+                                "[+2.0%, +4.2%] (3 vs 5 seeds), Holm p 0.004: hurts; the output projector +3.1% "
+                                "[+2.0%, +4.2%] (3 vs 5 seeds): waits for its seeds; the augmenting block's second "
+                                "layer and distillation from the target (not hard labels): in progress")
+    assert claim().here.startswith("in progress")  # none replayed yet: the progress alone
 
 
 def test_a_primary_row_says_where_training_takes_the_ratio_only_at_the_chosen_rates(tmp_path):

@@ -35,6 +35,7 @@ from clover2.research.report import draft_ms_per_step
 from clover2.research.verdicts import (
     PART_HELPS,
     PART_HURTS,
+    PARTS,
     WAITS,
     arm_of,
     at_edge,
@@ -43,16 +44,14 @@ from clover2.research.verdicts import (
     reason,
     superseded,
 )
+from clover2.research.verdicts import (
+    rivals as rival_arms,
+)
 
 STATUSES = ("reproduced", "equivalent within the margin", "not reproduced", "inconclusive", "not testable here",
             "not decided yet", "cut for machine time")
 NAMES = {"clover2-official": "Clover-2 (official recipe)", "clover2": "Clover-2 (this project's value gain)",
-         "eagle1": "EAGLE-1", "eagle3": "EAGLE-3", "medusa": "Medusa-1", "clover1": "Clover-1",
-         # the official recipe with one part removed (the study's amendment 1)
-         "official-extraction-after": "Clover-2 (official) with the token extracted after the block",
-         "official-no-projector": "Clover-2 (official) without its output projector",
-         "official-1-layer-block": "Clover-2 (official) with a one-layer augmenting block",
-         "official-hard-labels": "Clover-2 (official) without distillation (hard labels, no regression)"}
+         "eagle1": "EAGLE-1", "eagle3": "EAGLE-3", "medusa": "Medusa-1", "clover1": "Clover-1"}
 # the arms that depart from the paper's recipe, and how: the front page names the departure wherever they appear
 DEPARTURES = {"clover2": "this project's value gain"}
 # a rival built short of its paper's recipe: said beside every comparison with it (the limitations page says why)
@@ -187,32 +186,20 @@ def study_claims(results: Path, design: DesignConfig | None = None) -> list[Clai
                          f"{x.ratio:.3f}x {bracket(x.lo, x.hi)} ({x.seeds} seeds, {x.prompts} prompts; the tree "
                          f"measured fastest here, the fastest kernels), Holm p {p_text(x.p_holm)}",
                          _study_status(x.verdict), page, DEPARTURES.get(arm, "")))
-    for family, claim in (("architectures", "{a} predicts more tokens per step than {b}"),
-                          ("parts", "{b} predicts more tokens per step than {a}")):
-        r = rows(family)
-        waiting = []  # a part's comparison waiting for its seeds: read in the one open claim about the parts
-        for x in r.itertuples():
-            first, second = x.comparison.split(" / ")
-            if family == "parts" and x.verdict == WAITS:
-                waiting.append(f"{NAMES.get(first, first).removeprefix('Clover-2 (official) ')} {x.ratio:.3f} "
-                               f"{bracket(x.lo, x.hi)} ({x.seeds} seeds)")
-                continue
-            text = claim.format(a=_subject(first), b=_subject(second))
-            departs = DEPARTURES.get(first if family == "architectures" else second, "")
-            out.append(Claim(text, "(the paper's premise)" if family == "architectures" else "(its design)",
-                             f"tau ratio {_ratio(x)}, Holm p {p_text(x.p_adjusted)}"
-                             + (f" ({REDUCED[second]})" if family == "architectures" and second in REDUCED else ""),
-                             _study_status(x.verdict), page, departs))
-        decided = {c.split(" / ")[1 if family == "architectures" else 0] for c in r.comparison} if len(r) else set()
-        planned = [a for a, s in design.arms.items() if not s.cut and a not in decided
-                   and (s.lr_from if family == "parts" else not s.lr_from and a not in (*design.primary, ref))]
-        if family == "architectures" and planned:
-            out.append(Claim(f"Clover-2 predicts more tokens per step than {_names(planned)}", "(the paper's premise)",
-                             progress, "not decided yet", page))
-        elif family == "parts" and (planned or waiting):  # the parts' question stays open until each is decided
-            out.append(Claim("Each of Clover-2's parts helps", "(its design)", progress + (
-                "; so far, tau over the official: " + "; ".join(waiting)
-                if waiting else ""), "not decided yet", page))
+    for x in rows("architectures").itertuples():
+        first, second = x.comparison.split(" / ")
+        out.append(Claim(f"{_subject(first)} predicts more tokens per step than {_subject(second)}",
+                         "(the paper's premise)", f"tau ratio {_ratio(x)}, Holm p {p_text(x.p_adjusted)}"
+                         + (f" ({REDUCED[second]})" if second in REDUCED else ""),
+                         _study_status(x.verdict), page, DEPARTURES.get(first, "")))
+    decided = {c.split(" / ")[1] for c in rows("architectures").comparison} if not verdicts.empty else set()
+    planned = [a for a in rival_arms(design) if a not in decided]
+    if planned:
+        out.append(Claim(f"Clover-2 predicts more tokens per step than {_names(planned)}", "(the paper's premise)",
+                         progress, "not decided yet", page))
+    parts = [a for a, s in design.arms.items() if s.lr_from and not s.cut]
+    if parts:
+        out.append(_parts_claim(parts, rows("parts"), progress, page))
     rivals = [a for a in design.cut if not design.arms[a].lr_from]
     if rivals:
         out.append(Claim(f"Clover-2 predicts more tokens per step than {_names(rivals)}", "(the paper's premise)",
@@ -223,9 +210,35 @@ def study_claims(results: Path, design: DesignConfig | None = None) -> list[Clai
     return out
 
 
+def _parts_claim(parts: list[str], rows: pd.DataFrame, progress: str, page: str) -> Claim:
+    """The paper's design claim, that each of Clover-2's parts helps, in one row: each part's effect on tau (the
+    official over the arm without it, - 1) with its interval, Holm p and verdict, or its progress. Read as the
+    claim says, each of them: not reproduced once one part is shown to hurt; reproduced once every part is
+    shown to help; inconclusive where every part is decided and none hurts but one is not shown to help."""
+    read = {x.comparison.split(" / ")[0]: x for x in rows.itertuples()}
+    said, left = [], [a for a in parts if a not in read]
+    for arm, x in read.items():
+        words = {PART_HELPS: "helps", PART_HURTS: "hurts"}.get(x.verdict, x.verdict)
+        said.append(f"{PARTS.get(arm, (arm,))[0]} {1 / x.ratio - 1:+.1%} [{1 / x.hi - 1:+.1%}, {1 / x.lo - 1:+.1%}]"
+                    f" ({x.seeds} seeds)" + ("" if x.verdict == WAITS else f", Holm p {p_text(x.p_adjusted)}")
+                    + f": {words}")
+    waiting = left + [a for a, x in read.items() if x.verdict == WAITS]
+    if said and waiting:
+        said.append(f"{_and([PARTS.get(a, (a,))[0] for a in left])}: {progress}" if left else progress)
+    verdicts = [x.verdict for x in read.values()]
+    status = ("not reproduced" if PART_HURTS in verdicts else UNDECIDED if waiting
+              else "reproduced" if set(verdicts) == {PART_HELPS} else "inconclusive")
+    return Claim("Each of Clover-2's parts helps", "(its design)",
+                 "the part's effect on tau: " + "; ".join(said) if said else progress, status, page)
+
+
+def _and(words: list[str]) -> str:
+    """Words listed in a sentence: "a, b and c"."""
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+
+
 def _names(arms: list[str]) -> str:
-    names = [NAMES.get(a, a) for a in arms]
-    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+    return _and([NAMES.get(a, a) for a in arms])
 
 
 def _with_training(study: Path, design: DesignConfig, arm: str, row) -> str:
@@ -494,8 +507,7 @@ def _merged(texts: list[str]) -> list[str]:
                 tails.append(" ".join(words[len(head):]))
                 continue
         groups.append(([], [text]))
-    return [" ".join(head + [", ".join(tails[:-1]) + " and " + tails[-1] if len(tails) > 1 else tails[0]])
-            for head, tails in groups]
+    return [" ".join(head + [_and(tails)]) for head, tails in groups]
 
 
 # terms the front page links to the glossary at their first use (beside those the abstract links itself)

@@ -276,11 +276,12 @@ def verdicts(design: DesignConfig, table: dict[Key, Cell], *, seed: int = 0) -> 
 
 # Clover-2's parts (amendment 1): each arm's part, the official recipe's, in words, and the `cpu` profile's variant
 # that removed the same part from this project's Clover-2 (its one-seed ablation), where it ran one
-PARTS = {"official-extraction-after": ("extracting the token before the augmenting block (here: after it)", None),
+# each of the official recipe's parts, by the arm that removes it: the part in words (the ablation table's and the
+# front page's), and the `cpu` profile's variant without it, where that profile removed it
+PARTS = {"official-extraction-after": ("extracting the token before the augmenting block", None),
          "official-no-projector": ("the output projector", "clover2-no-projector"),
          "official-1-layer-block": ("the augmenting block's second layer", None),
-         "official-hard-labels": ("distillation from the target's distributions and states (here: hard labels)",
-                                  "clover2-hard-labels")}
+         "official-hard-labels": ("distillation from the target (not hard labels)", "clover2-hard-labels")}
 
 
 def parts(design: DesignConfig, verdicts: pd.DataFrame, spread: pd.DataFrame) -> pd.DataFrame:
