@@ -91,7 +91,7 @@ def test_clover2_ahead_says_where_its_interval_lies_against_the_papers_claimed_g
 
 
 def test_an_interval_shows_which_side_of_one_a_bound_lies():
-    from clover2.research.verdicts import bracket
+    from clover2.research.report import bracket
 
     assert bracket(0.9737, 0.99974) == "[0.974, 0.9997]" and bracket(1.0003, 1.05) == "[1.0003, 1.050]"
     assert bracket(0.98, 1.0) == "[0.980, 1.000]" and bracket(0.96, 1.02) == "[0.960, 1.020]"

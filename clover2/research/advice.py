@@ -20,7 +20,7 @@ import pandas as pd
 
 from clover2.drafts.methods import MethodSpec
 from clover2.measure.bench import record_name
-from clover2.research.verdicts import bracket
+from clover2.research.report import bracket
 
 PUBLISHED = "results/study/drafts"  # where the published drafts live, as a command names them
 # each published draft folder as a reader knows it (the study's arms; the value gain is a departure)
@@ -93,7 +93,7 @@ def _capital(text: str) -> str:
 
 
 def _speed(r: pd.Series) -> str:
-    return f"{r.speedup:.2f}x [{r.speedup_lo:.2f}, {r.speedup_hi:.2f}]"
+    return f"{r.speedup:.2f}x {bracket(r.speedup_lo, r.speedup_hi, 2)}"
 
 
 def _measured(env: dict, rows: pd.DataFrame) -> str:
@@ -171,7 +171,7 @@ def _paired(paired: pd.DataFrame, method: str, versus: str) -> pd.Series | None:
 
 def _ratio(r: pd.Series) -> str:
     """A paired speed ratio, its interval's side of 1 kept (what "faster" or "slower" reads)."""
-    return f"{r.speed_ratio:.2f}x {bracket(r.speed_ratio_lo, r.speed_ratio_hi, digits=2)}"
+    return f"{r.speed_ratio:.2f}x {bracket(r.speed_ratio_lo, r.speed_ratio_hi, 2)}"
 
 
 def box(results: Path, study_tau: pd.Series | None = None, main_budget: int = 600, *, brief: bool = False) -> str:

@@ -31,7 +31,7 @@ from clover2.measure.bench import geometric_mean
 from clover2.profiles import load_profile
 from clover2.research import advice, paper
 from clover2.research.design import DesignConfig
-from clover2.research.report import draft_ms_per_step
+from clover2.research.report import bracket, draft_ms_per_step
 from clover2.research.verdicts import (
     PART_HELPS,
     PART_HURTS,
@@ -39,7 +39,6 @@ from clover2.research.verdicts import (
     WAITS,
     arm_of,
     at_edge,
-    bracket,
     p_text,
     reason,
     superseded,
@@ -297,7 +296,7 @@ def cpu_claims(results: Path) -> list[Claim]:
     ratio, lo, hi = geometric_mean((c / e.reindex(c.index)).to_numpy(), _picks(len(c)))
     out.append(Claim("Clover-2's draft step costs less than EAGLE-1's", "(the design: its layers run once a step)",
                      f"{c.median():.1f} against {e.median():.1f} ms a step at the 25-node tree, ratio {ratio:.2f} "
-                     f"[{lo:.2f}, {hi:.2f}]", "reproduced" if hi < 1 else "not reproduced" if lo > 1
+                     f"{bracket(lo, hi, 2)}", "reproduced" if hi < 1 else "not reproduced" if lo > 1
                      else "inconclusive", page))
     cost = tree_cost(results)
     throughput = paper.throughput()
@@ -312,7 +311,7 @@ def cpu_claims(results: Path) -> list[Claim]:
             else "not testable here"
         out.append(Claim(f"Clover-2 decodes {theirs.min():.1f}-{theirs.max():.1f}x as fast as plain decoding (T = {t})",
                          f"{theirs.min():.2f}-{theirs.max():.2f}x on GPUs",
-                         f"{r.speedup:.2f}x [{r.speedup_lo:.2f}, {r.speedup_hi:.2f}] at the 25-node tree (the `cpu` "
+                         f"{r.speedup:.2f}x {bracket(r.speedup_lo, r.speedup_hi, 2)} at the 25-node tree (the `cpu` "
                          f"profile's Clover-2, tau {r.tau:.2f}); verifying its 26 tokens costs {cost:.1f} plain steps "
                          "here", status, page))
     return out
@@ -565,7 +564,7 @@ def engines(results: Path) -> str:
         if method == reference:
             return "1"
         r = pairs[(pairs.method == method) & (pairs.versus == reference)].iloc[0]
-        return f"{r.speed_ratio:.2f}x [{r.speed_ratio_lo:.2f}, {r.speed_ratio_hi:.2f}]"
+        return f"{r.speed_ratio:.2f}x {bracket(r.speed_ratio_lo, r.speed_ratio_hi, 2)}"
 
     def name(method: str) -> str:
         spec = MethodSpec.parse(method)

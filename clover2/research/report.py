@@ -37,6 +37,14 @@ def _labelled(table: pd.DataFrame) -> pd.DataFrame:
     return table.assign(label=[method_label(m, t) for m, t in zip(table.method, table.temperature)])
 
 
+def bracket(lo: float, hi: float, digits: int = 3) -> str:
+    """An interval as the pages print it: `digits` decimals, one more for a bound that they would print as
+    1 (the side of 1 it falls on is what the decision rules read)."""
+    def bound(v: float) -> str:
+        return f"{v:.{digits + 1}f}" if f"{v:.{digits}f}" == f"{1:.{digits}f}" and v != 1 else f"{v:.{digits}f}"
+    return f"[{bound(lo)}, {bound(hi)}]"
+
+
 def overall_table(table: pd.DataFrame) -> pd.DataFrame:
     """One row per method (all prompts): tau, tokens/s, speedup with its interval (`SPEEDUP`), draft
     share and exactness, in the columns the glossary defines."""
@@ -44,7 +52,7 @@ def overall_table(table: pd.DataFrame) -> pd.DataFrame:
     out = pd.DataFrame({
         "tau": [_or_dash(x, "{:.2f}") for x in rows.tau],  # Hugging Face's generate counts no steps
         "tokens/s": rows.tokens_per_s.round(1).to_numpy(),
-        SPEEDUP: [f"{s:.2f} [{lo:.2f}, {hi:.2f}]" for s, lo, hi in zip(rows.speedup, rows.speedup_lo, rows.speedup_hi)],
+        SPEEDUP: [f"{s:.2f} {bracket(lo, hi, 2)}" for s, lo, hi in zip(rows.speedup, rows.speedup_lo, rows.speedup_hi)],
         "draft share": [_or_dash(x, "{:.3f}") for x in rows.draft_share],
         "identical": [("" if np.isnan(x) else f"{x:.0%}") for x in rows.identical_frac]},
         index=pd.Index(rows.label, name="method"))
@@ -107,7 +115,7 @@ def draft_step_costs(runs: pd.DataFrame, temperature: float = 0.0) -> pd.DataFra
 
 
 def _interval(row) -> str:
-    return f"{row.speedup:.2f}x [{row.speedup_lo:.2f}, {row.speedup_hi:.2f}]"
+    return f"{row.speedup:.2f}x {bracket(row.speedup_lo, row.speedup_hi, 2)}"
 
 
 def paired_comparison(paired: pd.DataFrame, a: str, b: str, temperature: float = 0.0) -> str | None:
@@ -120,9 +128,9 @@ def paired_comparison(paired: pd.DataFrame, a: str, b: str, temperature: float =
         return None
     r = row.iloc[0]
     tau = "" if pd.isna(r.tau_ratio) else f"; tau ratio {r.tau_ratio:.2f}" + (
-        f" [{r.tau_ratio_lo:.2f}, {r.tau_ratio_hi:.2f}]" if "tau_ratio_lo" in r and not pd.isna(r.tau_ratio_lo) else "")
+        f" {bracket(r.tau_ratio_lo, r.tau_ratio_hi, 2)}" if "tau_ratio_lo" in r and not pd.isna(r.tau_ratio_lo) else "")
     return (f"`{method_label(a, temperature)}` / `{method_label(b, temperature)}`: {r.speed_ratio:.2f}x "
-            f"[{r.speed_ratio_lo:.2f}, {r.speed_ratio_hi:.2f}], faster on {int(r.faster_on)} of {int(r.n_prompts)} "
+            f"{bracket(r.speed_ratio_lo, r.speed_ratio_hi, 2)}, faster on {int(r.faster_on)} of {int(r.n_prompts)} "
             f"prompts{tau}")
 
 

@@ -31,7 +31,7 @@ from clover2.research.design import ELSEWHERE, DesignConfig, chosen_lr, run_lr
 from clover2.research.paper import PAPER_ANSWER_TOKENS, clover2_over_eagle1
 from clover2.research.paper import ratios as paper_ratios
 from clover2.research.paper import tau as paper_tau
-from clover2.research.report import TASK_LABELS
+from clover2.research.report import TASK_LABELS, bracket
 
 # How far a percentile bound moves with the bootstrap's own seed at 10,000 resamples: the primary upper
 # bound of the study ranged over 0.0003 across six seeds; a bound nearer 1 than this could cross it.
@@ -154,14 +154,6 @@ def reason(lo: float, hi: float, margin: float, smallest_claim: float, largest_c
                  f", the interval overlapping {claimed}" if hi >= 1 + smallest_claim else
                  f", the interval below {claimed}")
     return said.replace("the rival", rival)
-
-
-def bracket(lo: float, hi: float, digits: int = 3) -> str:
-    """An interval as the pages print it: `digits` decimals, one more for a bound that they would print as
-    1 (the side of 1 it falls on is what the decision rules read)."""
-    def bound(v: float) -> str:
-        return f"{v:.{digits + 1}f}" if f"{v:.{digits}f}" == f"{1:.{digits}f}" and v != 1 else f"{v:.{digits}f}"
-    return f"[{bound(lo)}, {bound(hi)}]"
 
 
 def p_text(p: float) -> str:
