@@ -164,9 +164,10 @@ def test_the_extra_tokens_ratio_and_the_per_task_ratios_sit_beside_each_comparis
     assert np.isnan(v.loc[v.family == "budget", "excess_ratio"]).all()  # a ratio of ratios has none
     # a budget comparison says which way training moves the ratio, not "ahead" (which reads as c2 ahead of e1)
     assert set(v.loc[v.family == "budget", "verdict"]) <= {"moves toward c2", "moves toward e1", "no difference shown"}
-    from clover2.research.verdicts import _moves
+    from clover2.research.verdicts import secondary_verdict, verdict_words
 
-    assert [_moves("c2 / e1: 600 steps over 300", said) for said in ("ahead", "behind", "no difference shown")] == \
+    words = verdict_words("budget", "c2 / e1: 600 steps over 300")
+    assert [secondary_verdict(ratio, p, words=words) for ratio, p in ((1.1, 0.01), (0.9, 0.01), (1.1, 0.2))] == \
         ["moves toward c2", "moves toward e1", "no difference shown"]
     tasks = per_task(DESIGN, r, DEV)
     assert set(tasks.task) == {"qa", "gsm8k"} and set(tasks.prompts) == {66, 65}

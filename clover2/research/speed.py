@@ -507,11 +507,7 @@ def claims(table: dict[str, Cell], draws: dict[str, np.ndarray], primary: Sequen
     return out[["claim", "comparison", "ratio", "lo", "hi", "level", "p", "p_holm", "verdict", "seeds", "prompts"]]
 
 
-SPEED_WORDS = {"ahead": "faster", "behind": "slower"}
-
-
 def speed_verdict(ratio: float, p_holm: float, alpha: float) -> str:
     """The family's rule, `verdicts.secondary_verdict`'s in the words of speed: "faster" or "slower" where Holm's
     adjusted p is below `alpha`, else "no difference shown"."""
-    said = secondary_verdict(ratio, p_holm, alpha)
-    return SPEED_WORDS.get(said, said)
+    return secondary_verdict(ratio, p_holm, alpha, words=("faster", "slower"))

@@ -164,21 +164,25 @@ def p_text(p: float) -> str:
 PART_HELPS, PART_HURTS = "the part helps", "the part hurts"  # a part's verdict (amendment 1: S5)
 
 
-def secondary_verdict(ratio: float, p_holm: float, alpha: float = 0.05, *, part: bool = False) -> str:
-    """A secondary comparison's verdict by its Holm-adjusted p; for Clover-2's parts (the arm without the part
-    over the official Clover-2) as the protocol words it: behind, so "the part helps"."""
+def secondary_verdict(ratio: float, p_holm: float, alpha: float = 0.05,
+                      words: tuple[str, str] = ("ahead", "behind")) -> str:
+    """A secondary comparison's verdict by its Holm-adjusted p: `words` (above 1, below 1) where it is below
+    `alpha`, else "no difference shown". Each family says it in its own words (`verdict_words`)."""
     if p_holm >= alpha:
         return "no difference shown"
-    if part:
-        return PART_HURTS if ratio > 1 else PART_HELPS
-    return "ahead" if ratio > 1 else "behind"
+    return words[0] if ratio > 1 else words[1]
 
 
-def _moves(comparison: str, said: str) -> str:
-    """A budget comparison's verdict ("a / b: longer over shorter") as which way training moves the ratio: "ahead"
-    alone would read as a ahead of b."""
-    first, second = comparison.split(":")[0].split(" / ")
-    return {"ahead": f"moves toward {first}", "behind": f"moves toward {second}"}.get(said, said)
+def verdict_words(family: str, comparison: str) -> tuple[str, str]:
+    """A secondary family's words for a ratio above and below 1: for Clover-2's parts (the arm without the part
+    over the official Clover-2) as the protocol words it, behind being "the part helps"; for a budget comparison
+    ("a / b: longer over shorter") which way training moves the ratio ("ahead" would read as a ahead of b)."""
+    if family == "parts":
+        return PART_HURTS, PART_HELPS
+    if family == "budget":
+        first, second = comparison.split(":")[0].split(" / ")
+        return f"moves toward {first}", f"moves toward {second}"
+    return "ahead", "behind"
 
 
 def rivals(design: DesignConfig) -> list[str]:
@@ -258,8 +262,7 @@ def verdicts(design: DesignConfig, table: dict[Key, Cell], *, seed: int = 0) -> 
         lambda p: np.minimum(1.0, p * len(design.primary)) if p.name == "primary" else
         holm(np.r_[p.to_numpy(), np.ones(max(int(size.get(p.name, 0)) - len(p), 0))])[:len(p)])
     out["verdict"] = [primary_verdict(r.lo, r.hi, design.margin, design.smallest_claim) if r.family == "primary"
-                      else _moves(r.comparison, secondary_verdict(r.ratio, r.p_adjusted)) if r.family == "budget"
-                      else secondary_verdict(r.ratio, r.p_adjusted, part=r.family == "parts")
+                      else secondary_verdict(r.ratio, r.p_adjusted, words=verdict_words(r.family, r.comparison))
                       for r in out.itertuples()]
     # the rule decides once both arms have every seed the protocol plans (the study's cuts say otherwise)
     out.loc[~out.complete, "verdict"] = WAITS
