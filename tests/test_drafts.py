@@ -15,6 +15,7 @@ from clover2.decoding.drafter import Recording
 from clover2.decoding.tree import EAGLE_25, preset
 from clover2.drafts import ARCHITECTURES, build_draft
 from clover2.drafts.base import DraftModel
+from clover2.drafts.checkpoint import load_draft, save_draft
 from clover2.drafts.config import DraftConfig
 from clover2.drafts.drafter import DynamicTree, ModelDrafter
 from clover2.drafts.methods import MethodSpec, drafter_factory
@@ -35,6 +36,26 @@ def test_forward_shapes_per_architecture(tiny, arch):
     for i, o in enumerate(outs):
         assert o.shape == (2, 11 - i, 64)  # depth i at t needs the token x_{t+1+i}
         assert model.logits(o).shape == (2, 11 - i, VOCAB)
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_a_loaded_draft_is_the_saved_one_down_to_its_computed_buffers(tiny, arch, tmp_path):
+    """Loading builds the draft without drawing the initial values it then replaces: every parameter and
+    buffer, those computed at construction included (the rotary frequencies), equals the saved draft's,
+    and the global random stream is untouched."""
+    cfg = DraftConfig.for_arch(arch)
+    torch.manual_seed(1)
+    model = build_draft(cfg, tiny)
+    with torch.no_grad():  # trained: none of its values is an initial one
+        for p in model.parameters():
+            p.add_(torch.randn_like(p)) if p.requires_grad else None
+    save_draft(tmp_path, model, tiny, cfg, extra={})
+    state = torch.get_rng_state()
+    loaded = load_draft(tmp_path, tiny)
+    assert torch.equal(torch.get_rng_state(), state)
+    want, got = ({**dict(m.named_parameters()), **dict(m.named_buffers())} for m in (model, loaded))
+    assert want.keys() == got.keys() and all(torch.equal(want[k], got[k]) for k in want), \
+        [k for k in want if not torch.equal(want[k], got.get(k, torch.empty(0)))]
 
 
 @pytest.mark.parametrize("init_layer, source", [(0, [0, 0]), (-1, [1, 1]), ("first", [0, 1]), ("last", [0, 1])])

@@ -16,7 +16,7 @@ from clover2.drafts.config import ARCHS
 
 _MODULES = {"DraftModel": "base", "Clover2Draft": "clover", "Clover1Draft": "clover", "Eagle1Draft": "eagle",
             "Eagle3Draft": "eagle3", "Medusa1Draft": "medusa"}  # each class by the module that defines it
-__all__ = ["ARCHITECTURES", "ARCHS", "build_draft", *_MODULES]
+__all__ = ["ARCHITECTURES", "ARCHS", "build_draft", "draft_to_load", *_MODULES]
 
 
 def __dir__() -> list[str]:
@@ -38,3 +38,14 @@ def build_draft(config, target, *, d2t=None):
     """A fresh draft of `config.arch` for `target`, initialized as its official code does."""
     registry = globals().get("ARCHITECTURES") or __getattr__("ARCHITECTURES")
     return registry[config.arch].from_target(config, target, d2t=d2t)
+
+
+def draft_to_load(config, target, *, d2t=None):
+    """A draft built as `build_draft` builds one, for trained weights loaded next: without drawing the initial
+    values that loading replaces (about a second a draft on a CPU, and the global random stream untouched).
+    What a load does not set is either borrowed from the target here or computed at construction (the
+    rotary frequencies): the caller refuses a state that leaves anything else missing."""
+    from transformers.initialization import no_init_weights
+
+    with no_init_weights():
+        return build_draft(config, target, d2t=d2t)

@@ -20,7 +20,7 @@ from safetensors.torch import load_file, save_file
 
 from clover2.decoding.kernels import available, linear_pass, linear_shapes, tuned
 from clover2.decoding.target import Target
-from clover2.drafts import build_draft
+from clover2.drafts import draft_to_load
 from clover2.drafts.base import BORROWED, DraftModel, TreeAttention
 from clover2.drafts.config import DraftConfig
 from clover2.errors import Clover2Error
@@ -87,7 +87,7 @@ def load_draft(path: str | Path, target: Target, *, weights: str = "float") -> D
     except TypeError as e:
         raise Clover2Error(f"{sidecar}: its draft config does not fit this version of clover2 ({e})") from None
     state = load_file(path / WEIGHTS)
-    model = build_draft(config, target, d2t=state["d2t"].to(target.device))
+    model = draft_to_load(config, target, d2t=state["d2t"].to(target.device))
     missing, unexpected = model.load_state_dict(state, strict=False)
     if unexpected or any(not k.startswith(BORROWED) for k in missing):
         raise Clover2Error(f"{path / WEIGHTS} does not fit a {config.arch} draft "

@@ -37,10 +37,11 @@ class AttentionDecoder(nn.Module):
         self.register_buffer("gain", torch.ones(()))  # scale of the value path (see DraftConfig.value_gain)
         self.norm = nn.RMSNorm(hidden, eps=eps)
         self.q, self.k, self.v = (nn.Linear(hidden, hidden) for _ in range(3))
-        with torch.no_grad():
+        with torch.no_grad():  # torch.nn.init's fills, which a draft built for loading skips (draft_to_load)
             for lin, eye in ((self.q, 1.0), (self.k, 1.0), (self.v, 0.0)):
-                lin.weight.uniform_(0, 0.01).add_(eye * torch.eye(hidden))
-                lin.bias.zero_()
+                nn.init.uniform_(lin.weight, 0, 0.01)
+                lin.weight.add_(eye * torch.eye(hidden))
+                nn.init.zeros_(lin.bias)
 
     def forward(self, h: torch.Tensor, e: torch.Tensor) -> torch.Tensor:
         split = lambda x: x.unflatten(-1, (self.heads, -1))  # noqa: E731  (..., H) -> (..., nh, dh)
@@ -50,9 +51,9 @@ class AttentionDecoder(nn.Module):
 
 def _near_identity(lin: nn.Linear, hidden: int) -> nn.Linear:
     with torch.no_grad():
-        lin.weight.uniform_(0, 0.01)
+        nn.init.uniform_(lin.weight, 0, 0.01)
         lin.weight[:, :hidden] += torch.eye(hidden)
-        lin.bias.zero_()
+        nn.init.zeros_(lin.bias)
     return lin
 
 

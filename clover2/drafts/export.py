@@ -44,7 +44,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from clover2.decoding.target import Target
-from clover2.drafts import build_draft
+from clover2.drafts import draft_to_load
 from clover2.drafts.base import BORROWED, DraftModel
 from clover2.drafts.checkpoint import target_record
 from clover2.drafts.config import DraftConfig
@@ -177,7 +177,7 @@ def load_exported(folder: str | Path, target: Target) -> DraftModel:
     # the LM head of an `eagle` export is the target's own, cut to the hot tokens when the draft is built
     d2t = torch.load(folder / HOT_TOKENS) if fmt == "eagle" else weights["d2t"] + torch.arange(len(weights["d2t"]))
     config = DraftConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in ours["draft_config"].items()})
-    model = build_draft(config, target, d2t=d2t.to(target.device))
+    model = draft_to_load(config, target, d2t=d2t.to(target.device))
     missing, unexpected = model.load_state_dict({k: v.to(target.device) for k, v in state.items()}, strict=False)
     if unexpected or {k for k in missing if k != "d2t" and not k.startswith(BORROWED)}:  # borrowed: from the target
         raise Clover2Error(f"{folder}: weights that do not fit a {config.arch} draft (missing {missing[:3]}, "
