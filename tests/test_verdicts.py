@@ -251,8 +251,13 @@ def test_the_page_says_when_a_chosen_rate_is_still_at_the_edge_of_its_extended_g
                          "dev": [1.4, 1.5, 1.6, 1.5, 1.4], "chosen": [False, False, True, True, False]})
     design = DesignConfig(arms={"c2": Arm("clover2", lrs=(1e-3, 3e-3)), "e1": Arm("eagle1", lrs=(1e-3, 3e-3))},
                           reference="e1", primary=("c2",))
-    assert "edge after the extension: c2;" in _still_at_edge(design, grid)  # e1 was never extended
+    assert "edge after the extension: c2; the protocol extends once" in _still_at_edge(design, grid)  # not e1
     assert _still_at_edge(design, grid.assign(chosen=[False, True, False, True, False])) == ""
+    # an arm at another arm's rate has one row and no grid of its own: never at an edge
+    part = pd.DataFrame({"arm": ["np"], "lr": [9e-3], "dev": [1.5], "chosen": [True]})
+    design = replace(design, arms=design.arms | {"np": Arm("clover2", lr_from="c2", tier=3)}, extend_edge=6)
+    assert "c2; the protocol extends up to 6 times" in _still_at_edge(design, pd.concat([grid, part]))
+    assert "np" not in _still_at_edge(design, pd.concat([grid, part]))
 
 
 def test_the_page_gives_the_primary_pair_in_words_and_the_rest_in_one_table():
