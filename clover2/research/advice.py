@@ -197,7 +197,8 @@ def box(results: Path, study_tau: pd.Series | None = None, main_budget: int = 60
     # the exact methods the run could not tell from the fastest: their paired interval over it holds 1
     ties = [m for m in (exact_rows if len(exact_rows) else greedy).sort_values("speedup", ascending=False).index
             if m != best and (r := _paired(paired, m, best)) is not None and r.speed_ratio_hi >= 1]
-    lines = [f"**On a CPU, measured: the fastest exact way to decode here was {name}, {_speed(greedy.loc[best])} "
+    lines = [f"**On a CPU, measured: the fastest exact way to decode with clover2 here was {name}, "
+             f"{_speed(greedy.loc[best])} "
              f"as fast as plain decoding:** `clover2 generate {command(best, env)}`." if greedy.loc[best].speedup_lo > 1
              else f"**On a CPU, measured: nothing decoded faster than plain decoding beyond its interval here** (the "
                   f"fastest, {name}, {_speed(greedy.loc[best])}): use plain decoding."]
@@ -230,7 +231,8 @@ def box(results: Path, study_tau: pd.Series | None = None, main_budget: int = 60
                      + "; ".join(f"{name} {_ratio(r)}" for name, r in pairs) + " (above 1: Clover-2 faster).")
     if brief:
         return "\n".join(head + [lines[0], "", "Each draft alone and behind a cache, Clover-2 against EAGLE-1, "
-                                  "bfloat16 and a GPU's prediction: {doc}`use`.", "```"]) + "\n"
+                                  "bfloat16 and a GPU's prediction: {doc}`use`. Serving engines run EAGLE-1 and "
+                                  "EAGLE-3, not Clover-2; llama.cpp beside clover2: {doc}`serving`.", "```"]) + "\n"
     lines.append(f"- **Exact**: {'every' if exact else 'not every'} output equalled plain decoding's, token for token "
                  f"(float32, the command line's default). On {env['cpu_name']}, {env['torch_threads']} threads, "
                  f"{int(rows.n_prompts.max())} held-out prompts; one training seed per draft (seed 0 of the study's "

@@ -470,7 +470,7 @@ def abstract(results: Path, design: DesignConfig | None = None) -> str:
     if official and all(r is not None and r.verdict != WAITS for r in rows.values()):  # every primary decided
         better = {arm: _study_status(rows[arm].verdict) == "reproduced" for arm in official + departed}
         what += (f" **For choosing a draft:** Clover-2 as published is "
-                 f"{'better than' if better[official[0]] else 'no better than'} {ref} at this scale")
+                 f"{'better than' if better[official[0]] else 'no better than'} {ref} at this scale and training budget")
         for arm in (a for a in departed if better[a] != better[official[0]]):  # a departure that changes the answer
             what += (f", with the departure {'better' if better[arm] else 'no better'} "
                      f"({100 * (rows[arm].ratio - 1):+.1f}%)")
