@@ -207,6 +207,28 @@ def test_the_speed_claims_in_their_cpu_form_reach_the_front_page_once_timed(tmp_
     assert rival.status == "not reproduced" and "Holm p 0.004" in rival.here
     assert "Clover-2 decodes faster on this CPU than EAGLE-1" not in found  # "not decided yet" until timed
     assert found["Clover-2 decodes faster than EAGLE-1 on GPUs"].status == "not testable here"
+    # both recipes timed: one row where they read alike (the departure needs no group of its own), one each if not
+    pd.DataFrame({"claim": ["C1", "C1", "C2", "C2"],
+                  "comparison": ["clover2-official / plain decoding", "clover2 / plain decoding",
+                                 "clover2-official / eagle1", "clover2 / eagle1"],
+                  "ratio": [1.1, 1.18, 0.99, 0.94], "lo": [1.05, 1.11, 0.96, 0.92], "hi": [1.15, 1.26, 1.02, 0.98],
+                  "p": [0.001, 0.001, 0.5, 0.002], "p_holm": [0.003, 0.004, 0.5, 0.004],
+                  "verdict": ["faster", "faster", "no difference shown", "slower"], "seeds": ["5", "5", "5 vs 5", "5 vs 5"],
+                  "prompts": [131] * 4}).to_csv(results / "study" / "speed-cpu" / "both.csv", index=False)
+    (results / "study" / "speed-cpu" / "both.csv").replace(results / "study" / "speed-cpu" / "claims.csv")
+    found = {c.claim: c for c in study_claims(results)}
+    alike = found["Clover-2 decodes faster on this CPU than plain decoding"]
+    assert alike.status == "reproduced" and not alike.departure
+    assert alike.here == ("Clover-2 (paper's recipe) 1.100x [1.050, 1.150], Holm p 0.003; Clover-2 (value gain) "
+                          "1.180x [1.110, 1.260], Holm p 0.004 (5 seeds, 131 prompts; the tree measured fastest here, "
+                          "the fastest kernels)")
+    assert found["Clover-2 (official recipe) decodes faster on this CPU than EAGLE-1"].status == "inconclusive"
+    assert found["Clover-2 (this project's value gain, a departure from the paper) decodes faster on this CPU than "
+                 "EAGLE-1"].status == "not reproduced"
+    pd.DataFrame({"claim": ["C1", "C2"], "comparison": ["clover2 / plain decoding", "clover2 / eagle1"],
+                  "ratio": [1.18, 0.94], "lo": [1.11, 0.92], "hi": [1.26, 0.98], "p": [0.001, 0.002],
+                  "p_holm": [0.002, 0.004], "verdict": ["faster", "slower"], "seeds": ["5", "5 vs 5"],
+                  "prompts": [131, 131]}).to_csv(results / "study" / "speed-cpu" / "claims.csv", index=False)
     from clover2.research.claims import abstract
 
     assert ("In their CPU form (every seed, each draft on the tree measured fastest, the fastest kernels), Clover-2 "

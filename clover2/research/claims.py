@@ -197,13 +197,20 @@ def study_claims(results: Path, design: DesignConfig | None = None) -> list[Clai
                          "on GPUs", "timed last (amendment 1)" + (
                              f"; a first look, seed 0 on its fitted tree: {first}" if first else ""),
                          "not decided yet", "use" if first else page))
-    for x in cpu.itertuples():
-        arm, versus = x.comparison.split(" / ")
-        rival = NAMES.get(versus, versus)
-        out.append(Claim(f"{_subject(arm)} decodes faster on this CPU than {rival}", on_gpus.get(versus, ""),
-                         f"{x.ratio:.3f}x {bracket(x.lo, x.hi)} ({x.seeds} seeds, {x.prompts} prompts; the tree "
-                         f"measured fastest here, the fastest kernels), Holm p {p_text(x.p_holm)}",
-                         _study_status(x.verdict), page, DEPARTURES.get(arm, "")))
+    how = "the tree measured fastest here, the fastest kernels"
+    for versus, g in (cpu.groupby(cpu.comparison.str.split(" / ").str[1], sort=False) if not cpu.empty else ()):
+        rival, arms = NAMES.get(versus, versus), list(g.comparison.str.split(" / ").str[0])
+        if len(g) > 1 and g.verdict.map(_study_status).nunique() == 1:  # both recipes alike: one row, no departure
+            out.append(Claim(f"Clover-2 decodes faster on this CPU than {rival}", on_gpus.get(versus, ""),
+                             "; ".join(f"{_brief(a)} {x.ratio:.3f}x {bracket(x.lo, x.hi)}, Holm p {p_text(x.p_holm)}"
+                                       for a, x in zip(arms, g.itertuples()))
+                             + f" ({g.seeds.iloc[0]} seeds, {g.prompts.iloc[0]} prompts; {how})",
+                             _study_status(g.verdict.iloc[0]), page))
+            continue
+        for arm, x in zip(arms, g.itertuples()):
+            out.append(Claim(f"{_subject(arm)} decodes faster on this CPU than {rival}", on_gpus.get(versus, ""),
+                             f"{x.ratio:.3f}x {bracket(x.lo, x.hi)} ({x.seeds} seeds, {x.prompts} prompts; {how}), "
+                             f"Holm p {p_text(x.p_holm)}", _study_status(x.verdict), page, DEPARTURES.get(arm, "")))
     for x in rows("architectures").itertuples():
         first, second = x.comparison.split(" / ")
         out.append(Claim(f"{_subject(first)} predicts more tokens per step than {_subject(second)}",
@@ -470,7 +477,8 @@ def abstract(results: Path, design: DesignConfig | None = None) -> str:
     if official and all(r is not None and r.verdict != WAITS for r in rows.values()):  # every primary decided
         better = {arm: _study_status(rows[arm].verdict) == "reproduced" for arm in official + departed}
         what += (f" **For choosing a draft:** Clover-2 as published is "
-                 f"{'better than' if better[official[0]] else 'no better than'} {ref} at this scale and training budget")
+                 f"{'better than' if better[official[0]] else 'no better than'} {ref} at this scale and training "
+                 "budget")
         for arm in (a for a in departed if better[a] != better[official[0]]):  # a departure that changes the answer
             what += (f", with the departure {'better' if better[arm] else 'no better'} "
                      f"({100 * (rows[arm].ratio - 1):+.1f}%)")
