@@ -213,7 +213,8 @@ def test_the_speed_claims_in_their_cpu_form_reach_the_front_page_once_timed(tmp_
                                  "clover2-official / eagle1", "clover2 / eagle1"],
                   "ratio": [1.1, 1.18, 0.99, 0.94], "lo": [1.05, 1.11, 0.96, 0.92], "hi": [1.15, 1.26, 1.02, 0.98],
                   "p": [0.001, 0.001, 0.5, 0.002], "p_holm": [0.003, 0.004, 0.5, 0.004],
-                  "verdict": ["faster", "faster", "no difference shown", "slower"], "seeds": ["5", "5", "5 vs 5", "5 vs 5"],
+                  "verdict": ["faster", "faster", "no difference shown", "slower"],
+                  "seeds": ["5", "5", "5 vs 5", "5 vs 5"],
                   "prompts": [131] * 4}).to_csv(results / "study" / "speed-cpu" / "both.csv", index=False)
     (results / "study" / "speed-cpu" / "both.csv").replace(results / "study" / "speed-cpu" / "claims.csv")
     found = {c.claim: c for c in study_claims(results)}
@@ -273,8 +274,8 @@ def test_the_abstract_says_what_the_tables_say(tmp_path):
     assert ("Clover-2 accepted 0.990 times EAGLE-1's tokens per step ({term}`interval` [0.980, 1.005]): **not "
             "reproduced**; with one departure from the paper, this project's {term}`value gain`, 1.030 times [1.020, "
             "1.040]: **reproduced**" in text)
-    assert ("Clover-2 as published is no better than EAGLE-1 at this scale and training budget, with the departure better (+3.0%)"
-            in text)  # a departure that changes the answer (named just before) is read with it
+    assert ("Clover-2 as published is no better than EAGLE-1 at this scale and training budget, with the departure "
+            "better (+3.0%)" in text)  # a departure that changes the answer (named just before) is read with it
     assert _box(text)[0].startswith("- **Not reproduced**: Clover-2 (official recipe)")
     from clover2.research.verdicts import WAITS
 
@@ -290,7 +291,8 @@ def test_the_abstract_says_what_the_tables_say(tmp_path):
     _primary(results, (1.04, 1.02, 1.06, ahead), (1.05, 1.03, 1.07, ahead))
     text = markdown(results)
     assert "Clover-2 accepted 1.040 times EAGLE-1's tokens per step ({term}`interval` [1.020, 1.060])" in text
-    assert "Clover-2 as published is better than EAGLE-1 at this scale and training budget;" in text  # the departure agrees: not repeated
+    # the departure agrees: not repeated
+    assert "Clover-2 as published is better than EAGLE-1 at this scale and training budget;" in text
     assert _box(text)[0].startswith("- **Reproduced**: Clover-2 (official recipe) predicts more tokens per step than "
                                     "EAGLE-1")
     assert _box(text)[1].startswith("- **Reproduced**, with a departure from the paper (this project's value gain): "
