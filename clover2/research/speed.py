@@ -295,9 +295,10 @@ def choose_trees(target: Target, drafts: dict[str, tuple[str, DraftModel]], reco
             continue
         fitted, _ = fit(calibrate(target, model, fit_prompts, fit_config), curve, fit_config)
         predicted = {}
-        if fitted is not None and fitted.tree is not None:
-            t = fitted.tree
-            predicted[f"dynamic:{t.budget}:{t.depth}:{t.top_k}"] = fitted.predicted_speedup
+        if fitted is not None and fitted.tree is not None:  # a fitted tree of one node is the one-token chain
+            t = fitted.tree  # (`clover2.measure.fit.fitted_factory`): timed once, as that chain
+            predicted["chain1" if t.budget == 1 else f"dynamic:{t.budget}:{t.depth}:{t.top_k}"] = \
+                fitted.predicted_speedup
         chains = [f"chain{d}" for d in config.chains]
         methods = {tree: draft_method(arch, tree, arm, 0, model, target, decode)
                    for tree in dict.fromkeys([*chains, *predicted, *config.trees])}
@@ -311,7 +312,7 @@ def choose_trees(target: Target, drafts: dict[str, tuple[str, DraftModel]], reco
         for tree, method in methods.items():
             mine = runs[runs.method == method.label]
             rows.append({"arm": arm, "tree": tree,
-                         "candidate": "chain" if tree in chains else "fitted" if tree in predicted else "fixed",
+                         "candidate": "fitted" if tree in predicted else "chain" if tree in chains else "fixed",
                          **summary.loc[method.label, ["speedup", "lo", "hi"]].to_dict(),
                          "decode_speedup": float(np.exp(np.log(mine.decode_speedup).mean())),
                          "predicted_speedup": predicted.get(tree, math.nan),

@@ -1255,7 +1255,8 @@ def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataF
         "tree_choice": ("How each draft's tree was chosen", "Seed 0 of each timed arm on every candidate tree, "
                         "timed against plain decoding on dev prompts the evaluation never sees: the fastest is "
                         "chosen. The fit's predicted speedup stands beside the measured one (of the decoding "
-                        "steps alone, what the fit models)."),
+                        "steps alone, what the fit models); a fitted tree of one node is the one-token chain, timed "
+                        "once."),
         "replicate": ("The machine", "One seed trained again on another CPU kind from the same data, settings and "
                       "seed, replayed alike: its tau beside the first run's, and the arm's seed-to-seed standard "
                       "deviation at that budget and tree (descriptive)."),
