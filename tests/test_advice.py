@@ -63,6 +63,8 @@ def test_the_box_names_the_fastest_exact_method_and_its_command(tmp_path):
         "0.92x [0.88, 0.96]." in first  # the pairing named, none left to be "not told apart"
     # a method whose paired interval over the fastest holds 1 is named beside it, one beyond it is not
     assert "Not told apart from it on the same prompts (paired, 95%): prompt lookup 1.20x [1.15, 1.25]." in first
+    brief = box(tmp_path, study_tau=pd.Series({"clover2-official": 1.67}), brief=True)  # named, their speeds spanned
+    assert "Not told apart from it on the same prompts (paired, 95%): prompt lookup (1.20x)." in brief
     assert "Clover-2 over EAGLE-1**, each on its fitted tree, paired by prompt: Clover-2 (the paper's recipe) " \
            "0.92x" in text
     assert "every output equalled" in text and "Test CPU" in text and "a prediction, not measured" in text

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -215,8 +216,7 @@ def test_the_speed_claims_in_their_cpu_form_reach_the_front_page_once_timed(tmp_
                   "p": [0.001, 0.001, 0.5, 0.002], "p_holm": [0.003, 0.004, 0.5, 0.004],
                   "verdict": ["faster", "faster", "no difference shown", "slower"],
                   "seeds": ["5", "5", "5 vs 5", "5 vs 5"],
-                  "prompts": [131] * 4}).to_csv(results / "study" / "speed-cpu" / "both.csv", index=False)
-    (results / "study" / "speed-cpu" / "both.csv").replace(results / "study" / "speed-cpu" / "claims.csv")
+                  "prompts": [131] * 4}).to_csv(results / "study" / "speed-cpu" / "claims.csv", index=False)
     found = {c.claim: c for c in study_claims(results)}
     alike = found["Clover-2 decodes faster on this CPU than plain decoding"]
     assert alike.status == "reproduced" and not alike.departure
@@ -327,6 +327,7 @@ def test_a_study_in_progress_counts_its_planned_runs_as_the_results_page_does(tm
     assert here(parts).startswith(f"in progress ({len(pd.read_csv(results / 'study/runs.csv'))} runs trained)")
     pd.DataFrame({"run": ["official-no-projector/lr0.009-s0/b600", "official-hard-labels/lr0.009-s0/b600",
                           "official-hard-labels/lr0.009-s1/b600", "clover1/lr0.001-s0/b600"],
+                  "arm": ["official-no-projector", "official-hard-labels", "official-hard-labels", "clover1"],
                   "state": ["done", "at step 100", "to do", "to do"]}).to_csv(results / "study/status.csv", index=False)
     assert here(parts).startswith("in progress (1 of 3 planned runs finished)")
     assert here(clover1) == "not started (0 of 1 planned runs finished)"
@@ -361,6 +362,18 @@ def test_the_parts_are_read_as_the_papers_one_design_claim(tmp_path):
                                 "[+2.0%, +4.2%] (3 vs 5 seeds): waits for its seeds; the augmenting block's second "
                                 "layer and distillation from the target (not hard labels): in progress")
     assert claim().here.startswith("in progress")  # none replayed yet: the progress alone
+    # a part cut for machine time: the same one row, never "reproduced" (the claim is about every part)
+    from clover2.profiles import load_profile
+    from clover2.research.design import DesignConfig
+
+    design = DesignConfig.of(load_profile("study"))
+    cut = replace(design, arms=design.arms | {"official-hard-labels": replace(design.arms["official-hard-labels"],
+                                                                              cut=True)})
+    pd.DataFrame([row | {"comparison": f"{a} / clover2-official"} for a in parts[:3]]).to_csv(
+        results / "study/verdicts.csv", index=False)
+    found = [c for c in study_claims(results, cut) if "parts" in c.claim]
+    assert len(found) == 1 and found[0].status == "inconclusive"
+    assert found[0].here.endswith("distillation from the target (not hard labels): cut for machine time")
 
 
 def test_a_primary_row_says_where_training_takes_the_ratio_only_at_the_chosen_rates(tmp_path):
@@ -412,6 +425,10 @@ def test_a_comparison_with_a_reduced_rival_says_how_it_was_built(tmp_path):
     paper = {c.claim: c.paper for c in claims(results)}  # a rival later than the paper is not its premise
     assert paper[f"{subject} EAGLE-3"] == "(not in the paper: EAGLE-3 came after it)"
     assert paper[f"{subject} Medusa-1"] == "(the paper's premise)"
+    from clover2.research.claims import _premise  # a question still open, or cut, with a rival among others
+
+    assert _premise(["eagle3", "clover1"]) == "(the paper's premise; EAGLE-3 came after it)"
+    assert _premise(["clover1"]) == "(the paper's premise)"
 
 
 def test_the_fastest_method_names_those_it_was_not_told_apart_from():
@@ -433,17 +450,17 @@ def test_the_fastest_method_names_those_it_was_not_told_apart_from():
 
 def test_the_draft_step_claim_says_what_the_one_token_chain_costs_where_a_cpu_fits_it(tmp_path):
     """The paper's design makes Clover-2's step cheaper on its big tree; on the one-token chain a CPU is fitted
-    to, the published drafts' steps say which costs more, only where both were fitted to that chain."""
-    import json
-
+    to, the published drafts' steps say which costs more, only where the reference and a Clover-2 were fitted to
+    that chain."""
+    from clover2.profiles import load_profile
     from clover2.research.claims import _one_token_draft_steps
+    from clover2.research.design import DesignConfig
 
-    for name in ("runs.csv", "env.json"):
-        (tmp_path / "use/float32").mkdir(parents=True, exist_ok=True)
-        shutil.copy(RESULTS / "use/float32" / name, tmp_path / "use/float32" / name)
-    said = _one_token_draft_steps(tmp_path)
-    assert said == "; on the 1-token chain CPUs are fitted to, 5.6 against 3.5 ms ({doc}`use`): more"
+    design = DesignConfig.of(load_profile("study"))
+    shutil.copytree(RESULTS / "use/float32", tmp_path / "use/float32")
+    assert _one_token_draft_steps(tmp_path, design) == ("; more on the 1-token chain CPUs are fitted to: 5.2 (paper's "
+                                                        "recipe), 5.6 (value gain) against 3.5 ms ({doc}`use`)")
     env = json.loads((tmp_path / "use/float32/env.json").read_text())
     env["fitted_trees"]["eagle1=eagle1"]["budget"] = 3  # EAGLE-1 fitted to another tree: no like-for-like reading
     (tmp_path / "use/float32/env.json").write_text(json.dumps(env))
-    assert _one_token_draft_steps(tmp_path) == "" and _one_token_draft_steps(tmp_path / "none") == ""
+    assert _one_token_draft_steps(tmp_path, design) == "" and _one_token_draft_steps(tmp_path / "none", design) == ""

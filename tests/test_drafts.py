@@ -48,7 +48,8 @@ def test_a_loaded_draft_is_the_saved_one_down_to_its_computed_buffers(tiny, arch
     model = build_draft(cfg, tiny)
     with torch.no_grad():  # trained: none of its values is an initial one
         for p in model.parameters():
-            p.add_(torch.randn_like(p)) if p.requires_grad else None
+            if p.requires_grad:
+                p.add_(torch.randn_like(p))
     save_draft(tmp_path, model, tiny, cfg, extra={})
     state = torch.get_rng_state()
     loaded = load_draft(tmp_path, tiny)

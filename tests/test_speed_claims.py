@@ -60,10 +60,11 @@ def test_the_calibration_picks_the_measured_fastest_tree_and_sets_the_fit_beside
     assert best.speedup.to_dict() == pytest.approx({"a": 2.0, "b": 2.5}) and table.chosen.sum() == 2
     assert (table.predicted_speedup.notna() == (table.candidate == "fitted")).all()  # the prediction beside
     assert (table[table.candidate == "fitted"].predicted_speedup == 1.7).all() and (table.prompts == 2).all()
-    # a fitted tree of one node is the one-token chain: timed once, as that chain, with the fit's prediction
+    # a fitted tree of one node is the one-token chain: timed once, as that chain (first: the shallowest), with
+    # the fit's prediction
     monkeypatch.setattr(speed, "fit", lambda *args, **kw: (Fitted(DynamicTree(1, 1, 4), (), 1.2), pd.DataFrame()))
     _, table = speed.choose_trees(target, {"a": drafts["a"]}, CALIBRATION, pd.DataFrame(),
-                                  SpeedConfig(chains=(1, 2)), FitConfig(prompts=1, max_depth=2, top_k=4),
+                                  SpeedConfig(chains=(2,)), FitConfig(prompts=1, max_depth=2, top_k=4),
                                   DecodeConfig(max_new_tokens=6), n_boot=200)
     assert list(table.tree) == ["chain1", "chain2", "eagle25"] and list(table.candidate) == ["fitted", "chain", "fixed"]
     assert table.predicted_speedup.iloc[0] == 1.2

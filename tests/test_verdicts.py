@@ -251,7 +251,7 @@ def test_the_page_says_when_a_chosen_rate_is_still_at_the_edge_of_its_extended_g
                          "dev": [1.4, 1.5, 1.6, 1.5, 1.4], "chosen": [False, False, True, True, False]})
     design = DesignConfig(arms={"c2": Arm("clover2", lrs=(1e-3, 3e-3)), "e1": Arm("eagle1", lrs=(1e-3, 3e-3))},
                           reference="e1", primary=("c2",))
-    assert "edge after the extension: c2; the protocol extends once" in _still_at_edge(design, grid)  # not e1
+    assert "edge after extending: c2; the protocol extends once" in _still_at_edge(design, grid)  # not e1
     assert _still_at_edge(design, grid.assign(chosen=[False, True, False, True, False])) == ""
     # an arm at another arm's rate has one row and no grid of its own: never at an edge
     part = pd.DataFrame({"arm": ["np"], "lr": [9e-3], "dev": [1.5], "chosen": [True]})
@@ -680,7 +680,7 @@ def test_the_ablation_table_gives_each_parts_effect_with_its_interval_and_the_cp
     read = with_cpu_reading(tables["parts"], summary).set_index("arm").cpu_profile_effect
     assert read["official-no-projector"] == pytest.approx(1.37 / 1.32 - 1) and np.isnan(read["official-1-layer-block"])
     shown = readable("parts", with_cpu_reading(tables["parts"], summary))
-    assert list(shown.columns)[-1] == "the `cpu` profile's one seed" and shown.iloc[0, -1].startswith("+3.8%")
+    assert list(shown.columns)[-1] == "`cpu` profile, one seed" and shown.iloc[0, -1].startswith("+3.8%")
     status = runs.assign(state="done", steps=600.0)
     text = page(design, {**tables, "parts": with_cpu_reading(tables["parts"], summary)}, status, machine="cpu",
                 commits="abc")

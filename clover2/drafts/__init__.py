@@ -42,7 +42,7 @@ def build_draft(config, target, *, d2t=None):
 
 def draft_to_load(config, target, *, d2t=None):
     """A draft built as `build_draft` builds one, for trained weights loaded next: without drawing the initial
-    values that loading replaces (about a second a draft on a CPU, and the global random stream untouched).
+    values that loading replaces (most of a load's time on a CPU; the global random stream untouched).
     What a load does not set is either borrowed from the target here or computed at construction (the
     rotary frequencies): the caller refuses a state that leaves anything else missing."""
     from transformers.initialization import no_init_weights

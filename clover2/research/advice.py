@@ -20,7 +20,7 @@ import pandas as pd
 
 from clover2.drafts.methods import MethodSpec
 from clover2.measure.bench import record_name
-from clover2.research.report import bracket
+from clover2.research.report import bracket, draft_ms_per_step
 
 PUBLISHED = "results/study/drafts"  # where the published drafts live, as a command names them
 # each published draft folder as a reader knows it (the study's arms; the value gain is a departure)
@@ -147,6 +147,24 @@ def fitted(greedy: pd.DataFrame, draft: str, copy: str = "") -> tuple[str, pd.Se
     return (found[0], greedy.loc[found[0]]) if found else None
 
 
+def chain1_draft_ms(results: Path, drafts: list[str]) -> dict[str, float]:
+    """Each of `drafts` alone on its fitted tree in the use page's float32 run, where that tree is the one-token
+    chain: its draft's milliseconds a decoding step (greedy; the median over prompts). Empty without a run."""
+    folder = results / "use" / "float32"
+    run = _read(folder)
+    if run is None or not (folder / "runs.csv").exists():
+        return {}
+    rows, _, env = run
+    runs = pd.read_csv(folder / "runs.csv")
+    out = {}
+    for draft in drafts:
+        found = fitted(rows, draft)
+        mine = runs[(runs.method == found[0]) & (runs.temperature == 0)] if found else runs.iloc[:0]
+        if found and tree_of(found[0], env) == "chain1" and len(mine):
+            out[draft] = float(draft_ms_per_step(mine).median())
+    return out
+
+
 def first_look(results: Path, drafts: list[str], versus: str) -> dict[str, tuple[str, str]]:
     """Each draft's seed 0 alone on its fitted tree in the use page's float32 run, in words: its speed over
     plain decoding, and over `versus`'s draft on the same prompts ("" where the run lacks it). Empty without
@@ -202,9 +220,11 @@ def box(results: Path, study_tau: pd.Series | None = None, main_budget: int = 60
              f"as fast as plain decoding:** `clover2 generate {command(best, env)}`." if greedy.loc[best].speedup_lo > 1
              else f"**On a CPU, measured: nothing decoded faster than plain decoding beyond its interval here** (the "
                   f"fastest, {name}, {_speed(greedy.loc[best])}): use plain decoding."]
-    if ties and greedy.loc[best].speedup_lo > 1:
-        lines[0] += (" Not told apart from it on the same prompts (paired, 95%): "
-                     + "; ".join(f"{short(m)} {_speed(greedy.loc[m])}" for m in ties) + ".")
+    if ties and greedy.loc[best].speedup_lo > 1:  # the brief names them, the use page gives each its interval
+        lo, hi = (f"{v:.2f}" for v in (greedy.loc[ties].speedup.min(), greedy.loc[ties].speedup.max()))
+        lines[0] += (" Not told apart from it on the same prompts (paired, 95%): " + (
+            ", ".join(short(m) for m in ties) + f" ({lo if lo == hi else f'{lo}-{hi}'}x)" if brief
+            else "; ".join(f"{short(m)} {_speed(greedy.loc[m])}" for m in ties)) + ".")
     lines.append(
         "- **A draft alone**, on the tree fitted to this CPU (tokens per step: the table below): "
         + "; ".join(f"{name} {_speed(r)}" for name, _, r in alone)

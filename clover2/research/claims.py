@@ -41,6 +41,7 @@ from clover2.research.verdicts import (
     arm_of,
     at_edge,
     p_text,
+    part_arms,
     reason,
     superseded,
 )
@@ -120,13 +121,15 @@ def study_claims(results: Path, design: DesignConfig | None = None) -> list[Clai
     ref = design.reference
     study = results / "study"
     runs, verdicts, plan = _read(study / "runs.csv"), _read(study / "verdicts.csv"), _read(study / "status.csv")
-    # the results page's count, from the same table (`clover2 study report` writes both)
 
     def progress(arms: list[str]) -> str:
-        """How far the plan has come for `arms` (the results page's count, from the same table)."""
+        """How far the plan has come for `arms`: their runs in the plan the results page counts (`status.csv`,
+        which `clover2 study report` writes with it)."""
         if not len(plan):
             return f"in progress ({len(runs)} runs trained)"
-        mine = plan[plan.run.str.split("/").str[0].isin(arms)]
+        mine = plan[plan.arm.isin(arms)]
+        if mine.empty:
+            return "not started"
         done = int((mine.state == "done").sum())
         started = done or mine.state.str.startswith("at step").any()
         return f"{'in progress' if started else 'not started'} ({done} of {len(mine)} planned runs finished)"
@@ -186,10 +189,10 @@ def study_claims(results: Path, design: DesignConfig | None = None) -> list[Clai
                ref: f"speed {_pct(speed_ratio.min(), speed_ratio.max())} on GPUs"}
     if cpu.empty:  # not timed yet: the use page's seed-0 run is a first look, not the claim's test (one row)
         look = advice.first_look(results, list(design.primary), ref)
-        said, named = [], False  # each draft's speed over plain decoding and over the reference, the two named once
-        for a, (alone, over) in look.items():
-            said.append(f"{_brief(a)} {alone}" + ("" if not over else f", {over}" if named else
-                                                  f" over plain decoding, {over} over {NAMES.get(ref, ref)}"))
+        said, named = [], False  # each draft's speed over plain decoding and over the reference, each named once
+        for i, (a, (alone, over)) in enumerate(look.items()):
+            said.append(f"{_brief(a)} {alone}" + (" over plain decoding" if i == 0 else "") + (
+                "" if not over else f", {over}" if named else f", {over} over {NAMES.get(ref, ref)}"))
             named = named or bool(over)
         first = "; ".join(said)
         out.append(Claim(f"Clover-2 decodes faster on this CPU than plain decoding and {NAMES.get(ref, ref)}",
@@ -200,7 +203,8 @@ def study_claims(results: Path, design: DesignConfig | None = None) -> list[Clai
     how = "the tree measured fastest here, the fastest kernels"
     for versus, g in (cpu.groupby(cpu.comparison.str.split(" / ").str[1], sort=False) if not cpu.empty else ()):
         rival, arms = NAMES.get(versus, versus), list(g.comparison.str.split(" / ").str[0])
-        if len(g) > 1 and g.verdict.map(_study_status).nunique() == 1:  # both recipes alike: one row, no departure
+        if len(g) > 1 and g.verdict.map(_study_status).nunique() == g.seeds.nunique() == g.prompts.nunique() == 1:
+            # both recipes alike, on as many seeds and prompts: one row, no departure
             out.append(Claim(f"Clover-2 decodes faster on this CPU than {rival}", on_gpus.get(versus, ""),
                              "; ".join(f"{_brief(a)} {x.ratio:.3f}x {bracket(x.lo, x.hi)}, Holm p {p_text(x.p_holm)}"
                                        for a, x in zip(arms, g.itertuples()))
@@ -221,26 +225,34 @@ def study_claims(results: Path, design: DesignConfig | None = None) -> list[Clai
     decided = {c.split(" / ")[1] for c in rows("architectures").comparison} if not verdicts.empty else set()
     planned = [a for a in rival_arms(design) if a not in decided]
     if planned:
-        out.append(Claim(f"Clover-2 predicts more tokens per step than {_names(planned)}", "(the paper's premise)",
+        out.append(Claim(f"Clover-2 predicts more tokens per step than {_names(planned)}", _premise(planned),
                          progress(planned), "not decided yet", page))
-    parts = [a for a, s in design.arms.items() if s.lr_from and not s.cut]
-    if parts:
-        out.append(_parts_claim(parts, rows("parts"), progress, page))
     rivals = [a for a in design.cut if not design.arms[a].lr_from]
     if rivals:
-        out.append(Claim(f"Clover-2 predicts more tokens per step than {_names(rivals)}", "(the paper's premise)",
+        out.append(Claim(f"Clover-2 predicts more tokens per step than {_names(rivals)}", _premise(rivals),
                          "not trained in the study (the protocol's cuts)", "cut for machine time", page))
-    if any(design.arms[a].lr_from for a in design.cut):
+    parts, cut = part_arms(design), part_arms(design, cut=True)
+    if parts:
+        out.append(_parts_claim(parts, cut, rows("parts"), progress, page))
+    elif cut:
         out.append(Claim("Each of Clover-2's parts helps", "(its design)", "not trained in the study (the protocol's "
                          "cuts); one seed each in the `cpu` profile's ablations", "cut for machine time", page))
     return out
 
 
-def _parts_claim(parts: list[str], rows: pd.DataFrame, progress: Callable[[list[str]], str], page: str) -> Claim:
+def _premise(rivals: list[str]) -> str:
+    """The paper's column of a comparison with `rivals` not decided: its premise, less the rivals it never met."""
+    later = [a for a in rivals if a in LATER]
+    return "(the paper's premise" + (f"; {_names(later)} came after it" if later else "") + ")"
+
+
+def _parts_claim(parts: list[str], cut: list[str], rows: pd.DataFrame, progress: Callable[[list[str]], str],
+                 page: str) -> Claim:
     """The paper's design claim, that each of Clover-2's parts helps, in one row: each part's effect on tau (the
-    official over the arm without it, - 1) with its interval, Holm p and verdict, or its progress. Read as the
-    claim says, each of them: not reproduced once one part is shown to hurt; reproduced once every part is
-    shown to help; inconclusive where every part is decided and none hurts but one is not shown to help."""
+    official over the arm without it, - 1) with its interval, Holm p and verdict, or its progress (the `cut`
+    parts named as cut). Read as the claim says, each of them: not reproduced once one part is shown to hurt;
+    reproduced once every part is shown to help, none cut; inconclusive where every part run is decided, none
+    hurts, and one is not shown to help or was cut."""
     read = {x.comparison.split(" / ")[0]: x for x in rows.itertuples()}
     said, left = [], [a for a in parts if a not in read]
     for arm, x in read.items():
@@ -252,11 +264,13 @@ def _parts_claim(parts: list[str], rows: pd.DataFrame, progress: Callable[[list[
     if said and waiting:
         said.append(f"{_and([PARTS.get(a, (a,))[0] for a in left])}: {progress(left)}" if left
                     else progress(waiting))
+    if cut:
+        said.append(f"{_and([PARTS.get(a, (a,))[0] for a in cut])}: cut for machine time")
     verdicts = [x.verdict for x in read.values()]
     status = ("not reproduced" if PART_HURTS in verdicts else UNDECIDED if waiting
-              else "reproduced" if set(verdicts) == {PART_HELPS} else "inconclusive")
+              else "reproduced" if set(verdicts) == {PART_HELPS} and not cut else "inconclusive")
     return Claim("Each of Clover-2's parts helps", "(its design)",
-                 "the part's effect on tau: " + "; ".join(said) if said else progress(parts), status, page)
+                 "the part's effect on tau: " + "; ".join(said) if read else progress(parts), status, page)
 
 
 def _and(words: list[str]) -> str:
@@ -304,25 +318,26 @@ def tree_cost(results: Path) -> float | None:
     return float(np.interp(26, curve.n_tokens, curve.relative)) if not curve.empty else None
 
 
-def _one_token_draft_steps(results: Path) -> str:
+def _one_token_draft_steps(results: Path, design: DesignConfig) -> str:
     """Beside the 25-node tree's draft steps, the published drafts' on the one-token chain a CPU fits them to
-    (the use page's run, seed 0; medians over prompts), where it fitted that chain to both: a clause, or ""."""
-    run = results / "use" / "float32"
-    runs = _read(run / "runs.csv")
-    if runs.empty:
+    (the use page's run, seed 0): a clause naming each Clover-2 against the reference, or "" where the run did
+    not fit that chain to the reference and a Clover-2."""
+    ref = design.reference
+    ms = advice.chain1_draft_ms(results, [*design.primary, ref])
+    clovers = [a for a in design.primary if a in ms]
+    if ref not in ms or not clovers:
         return ""
-    fitted = json.loads((run / "env.json").read_text()).get("fitted_trees", {})
-    methods = {arch: f"{arch}@fitted={arch}" for arch in ("clover2", "eagle1")}
-    if not all(fitted.get(f"{a}={a}", {}).get("budget") == 1 for a in methods):
-        return ""
-    ms = {a: draft_ms_per_step(runs[(runs.method == m) & (runs.temperature == 0)]).median() for a, m in methods.items()}
-    return (f"; on the 1-token chain CPUs are fitted to, {ms['clover2']:.1f} against {ms['eagle1']:.1f} ms "
-            f"({{doc}}`use`): {'more' if ms['clover2'] > ms['eagle1'] else 'less'}")
+    dearer = {ms[a] > ms[ref] for a in clovers}
+    return (f"; {'more' if dearer == {True} else 'less' if dearer == {False} else 'either'} on the 1-token chain "
+            "CPUs are fitted to: " + ", ".join(f"{ms[a]:.1f} {_brief(a).removeprefix('Clover-2 ')}" for a in clovers)
+            + f" against {ms[ref]:.1f} ms ({{doc}}`use`)")
 
 
-def cpu_claims(results: Path) -> list[Claim]:
-    """The claims the `cpu` profile's benchmark decides on its machine: exactness, the draft's cost,
-    and the speedup over plain decoding."""
+def cpu_claims(results: Path, design: DesignConfig | None = None) -> list[Claim]:
+    """The claims the `cpu` profile's benchmark decides on its machine: exactness, the draft's cost (beside it,
+    the published drafts of `design`, the `study` profile's by default, on a CPU's one-token chain), and the
+    speedup over plain decoding."""
+    design = design or DesignConfig.of(load_profile("study"))
     bench_dir = results / "cpu" / "bench"
     bench, runs = (_read(bench_dir / f) for f in ("bench.csv", "runs.csv"))
     page = "../results/cpu/notebooks/04_speedup"
@@ -341,7 +356,7 @@ def cpu_claims(results: Path) -> list[Claim]:
     out.append(Claim("Clover-2's draft step costs less than EAGLE-1's on the paper's tree",
                      "(the design: its layers run once a step)",
                      f"{c.median():.1f} against {e.median():.1f} ms a step at the 25-node tree, ratio {ratio:.2f} "
-                     f"{bracket(lo, hi, 2)}" + _one_token_draft_steps(results), "reproduced" if hi < 1
+                     f"{bracket(lo, hi, 2)}" + _one_token_draft_steps(results, design), "reproduced" if hi < 1
                      else "not reproduced" if lo > 1 else "inconclusive", page))
     cost = tree_cost(results)
     throughput = paper.throughput()

@@ -295,11 +295,12 @@ def choose_trees(target: Target, drafts: dict[str, tuple[str, DraftModel]], reco
             continue
         fitted, _ = fit(calibrate(target, model, fit_prompts, fit_config), curve, fit_config)
         predicted = {}
-        if fitted is not None and fitted.tree is not None:  # a fitted tree of one node is the one-token chain
-            t = fitted.tree  # (`clover2.measure.fit.fitted_factory`): timed once, as that chain
-            predicted["chain1" if t.budget == 1 else f"dynamic:{t.budget}:{t.depth}:{t.top_k}"] = \
-                fitted.predicted_speedup
-        chains = [f"chain{d}" for d in config.chains]
+        if fitted is not None and fitted.tree is not None:  # greedy, a fitted tree of one node is the one-token
+            t = fitted.tree  # chain (`clover2.measure.fit.fitted_factory`): timed once, as that chain
+            one = t.budget == 1 and decode.sampling.greedy
+            predicted["chain1" if one else f"dynamic:{t.budget}:{t.depth}:{t.top_k}"] = fitted.predicted_speedup
+        # the chains shallow first (a tie goes to the shallower), the one-node fitted tree's among them
+        chains = [f"chain{d}" for d in sorted({*config.chains, *([1] if "chain1" in predicted else [])})]
         methods = {tree: draft_method(arch, tree, arm, 0, model, target, decode)
                    for tree in dict.fromkeys([*chains, *predicted, *config.trees])}
         runs, _ = _timed_alone([make_method(PLAIN, target, decode), *methods.values()], prompts, categories,

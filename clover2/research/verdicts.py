@@ -192,6 +192,12 @@ def rivals(design: DesignConfig) -> list[str]:
             if not s.lr_from and not s.cut and a not in (*design.primary, design.reference)]
 
 
+def part_arms(design: DesignConfig, *, cut: bool = False) -> list[str]:
+    """The parts family's arms: each removes one part of the arm whose rate it trains at; those not cut (with
+    `cut`, those cut)."""
+    return [a for a, s in design.arms.items() if s.lr_from and bool(s.cut) == cut]
+
+
 def comparisons(design: DesignConfig, table: dict[Key, Cell], *, planned: bool = False) -> list[dict]:
     """The protocol's families: each a list of (name, numerator key, denominator key) whose cells exist
     (`planned`: every one the design plans); the budget family compares a primary ratio at the shorter
@@ -199,7 +205,7 @@ def comparisons(design: DesignConfig, table: dict[Key, Cell], *, planned: bool =
     main, half = design.main, design.budgets[0]
     ref = design.reference
     rival_arms = rivals(design)
-    parts = [a for a, s in design.arms.items() if s.lr_from and not s.cut]
+    parts = part_arms(design)
     key = lambda arm, budget=main, tree="eagle25": (arm, budget, 1.0, tree)  # noqa: E731
     dynamic = [t for t in design.main_trees]
     families = {
@@ -269,10 +275,8 @@ def verdicts(design: DesignConfig, table: dict[Key, Cell], *, seed: int = 0) -> 
     return out.drop(columns="complete")
 
 
-# Clover-2's parts (amendment 1): each arm's part, the official recipe's, in words, and the `cpu` profile's variant
-# that removed the same part from this project's Clover-2 (its one-seed ablation), where it ran one
-# each of the official recipe's parts, by the arm that removes it: the part in words (the ablation table's and the
-# front page's), and the `cpu` profile's variant without it, where that profile removed it
+# Clover-2's parts (amendment 1), by the arm that removes each from the official recipe: the part in words
+# (the ablation table's and the front page's), and the `cpu` profile's variant without it, where it removed it
 PARTS = {"official-extraction-after": ("extracting the token before the augmenting block", None),
          "official-no-projector": ("the output projector", "clover2-no-projector"),
          "official-1-layer-block": ("the augmenting block's second layer", None),
@@ -731,14 +735,14 @@ def readable(name: str, df: pd.DataFrame) -> pd.DataFrame:
         return out.drop(columns=["steps"]) if df.budget.nunique() == 1 else out
     if name == "parts":
         out = pd.DataFrame({
-            "the part": df.part, "arm without it": df.arm, "seeds": df.seeds,
+            "the part": df.part, "seeds": df.seeds,
             "tau without it": df.tau_without.map("{:.3f}".format),
             "tau, official": df.tau_official.map("{:.3f}".format),
-            "the part's effect on tau [interval]": [f"{r.effect:+.1%} [{r.effect_lo:+.1%}, {r.effect_hi:+.1%}]"
+            "effect on tau [interval]": [f"{r.effect:+.1%} [{r.effect_lo:+.1%}, {r.effect_hi:+.1%}]"
                                                     for r in df.itertuples()],
             "adjusted p": df.p_adjusted.map(p_text), "verdict": df.verdict})
         if "cpu_profile_effect" in df and df.cpu_profile_effect.notna().any():
-            out["the `cpu` profile's one seed"] = df.cpu_profile_effect.map(lambda x: "" if x != x else f"{x:+.1%}")
+            out["`cpu` profile, one seed"] = df.cpu_profile_effect.map(lambda x: "" if x != x else f"{x:+.1%}")
         return out
     if name == "spread":  # one row per arm, one column per budget, data share and tree
         cell = lambda r: (f"{r.tau:.3f} ({'' if np.isnan(r.seed_sd) else f'{r.seed_sd:.3f}, '}"  # noqa: E731
@@ -917,7 +921,7 @@ def _still_at_edge(design: DesignConfig, grid: pd.DataFrame | None, said: list[s
     """The arms still at their grid's edge after its extensions, but those `said` above the grid already."""
     edge = [a for a in at_edge(design, grid) if a not in said]
     times = "once" if design.extend_edge == 1 else f"up to {design.extend_edge} times"
-    return ("" if not edge else f" Still at the edge after the extension: {', '.join(edge)}; the protocol extends "
+    return ("" if not edge else f" Still at the edge after extending: {', '.join(edge)}; the protocol extends "
             f"{times}, so a rate beyond it might do better for that arm.")
 
 
@@ -1180,12 +1184,13 @@ def page(design: DesignConfig, tables: dict[str, pd.DataFrame], status: pd.DataF
                      "and their p adjusted by Bonferroni, as their intervals are), is in `verdicts.csv`. The first "
                      "figure above shows every comparison, the primary two included, "
                      f"against the paper's claimed gain of {design.smallest_claim:.0%}-{design.largest_claim:.0%}."),
-        "parts": ("Clover-2's parts", f"Each part of the official recipe removed on its own (amendment 1), at "
+        "parts": ("Clover-2's parts", f"Each part of the official recipe removed on its own (amendment 1; the "
+                  "arm without it is named in the parts family above), at "
                   f"the official arm's rate, {design.main} steps, the {_tree(design.trees[0])} tree: the part's "
                   "effect is the official arm's tau over the arm without it, less 1, with the comparison's 95% "
                   "interval over seeds and prompts; p adjusted by Holm within the parts family; \"helps\" where "
                   "the arm without it is behind. Each is removed from the official recipe, whose value gain of 1 "
-                  "adds the token's embedding to a state about 279 times larger on SmolLM2 (glossary: value gain): "
+                  "adds the token's embedding to a state far larger than it (glossary: value gain): "
                   "a part that moves where the token meets the state (the extraction order) may act through the "
                   "token's scale there as much as through its place; not separated here."
                   + (" Beside it, where the `cpu` profile removed the same part from this project's Clover-2 (one "
