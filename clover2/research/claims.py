@@ -197,7 +197,7 @@ def study_claims(results: Path, design: DesignConfig | None = None) -> list[Clai
         first = "; ".join(said)
         out.append(Claim(f"Clover-2 decodes faster on this CPU than plain decoding and {NAMES.get(ref, ref)}",
                          f"{greedy.min():.2f}-{greedy.max():.2f}x and {_pct(speed_ratio.min(), speed_ratio.max())} "
-                         "on GPUs", "timed last (amendment 1)" + (
+                         "on GPUs", "timed last ({doc}`amendment 1 <protocol>`)" + (
                              f"; a first look, seed 0 on its fitted tree: {first}" if first else ""),
                          "not decided yet", "use" if first else page))
     how = "the tree measured fastest here, the fastest kernels"
