@@ -471,9 +471,11 @@ def _study(args):
     table = experiment.status()
     print(table.to_string(index=False))
     left = table[table.state != "done"]
+    hours, unpriced = experiment.hours_left(table)
     print(f"{len(table) - len(left)} of {len(table)} runs done; {int(left.steps.sum())} training steps left "
-          f"(+ {int(left.steps.isna().sum())} runs whose rate is not chosen yet); "
-          f"{int((table.to_replay != '').sum())} runs to replay")
+          f"(+ {int(left.steps.isna().sum())} runs whose rate is not chosen yet), about {hours:.1f} h of training at "
+          f"this CPU's pace so far" + (f" ({', '.join(unpriced)} not trained yet: not counted)" if unpriced else "")
+          + f"; {int((table.to_replay != '').sum())} runs to replay")
 
 
 @command("cost-curve", "target forward time for N new tokens over a cached prefix",

@@ -4,6 +4,7 @@ a whole small study on a tiny target that trains, records, replays, resumes and 
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from dataclasses import replace
 
@@ -298,3 +299,25 @@ def test_the_evaluation_prompts_seen_in_development_are_those_the_developed_on_p
     assert len(seen) == 12 and len(developed) == 24  # half the cpu profile's sample is among the study's 131
     experiment.design = replace(experiment.design, developed_on="")
     assert Experiment.seen_in_development(experiment) == []
+
+
+def test_the_status_prices_the_training_left_at_this_cpus_pace():
+    """Hours left: each run's steps still to go (from its checkpoint's step; a branch from its parent's) at its
+    arm's median seconds a step on this CPU kind, an untrained part at its parent arm's, an arm without either
+    named and not counted."""
+    import types
+
+    from clover2.measure.provenance import machine
+
+    here = machine()["cpu_name"]
+    records = pd.DataFrame({"arm": ["c2", "c2", "e1", "e1"], "cpu": [here, here, here, "another CPU"],
+                            "seconds_per_step": [1.0, 3.0, 0.5, 9.0]})
+    design = replace(DESIGN, arms=DESIGN.arms | {"np": Arm("clover2", lr_from="c2", tier=3),
+                                                 "m": Arm("medusa", lrs=(1e-3,))})
+    stub = types.SimpleNamespace(records=lambda: records, design=design)
+    table = pd.DataFrame({"arm": ["c2", "c2", "e1", "np", "m", "e1"], "budget": [600, 300, 600, 600, 600, 600],
+                          "steps": [600, 60, 600, 600, 600, math.nan],
+                          "state": ["at step 300", "at step 270", "done", "to do", "to do", "waits for the grid"]})
+    hours, unpriced = Experiment.hours_left(stub, table)
+    # c2: 300 steps left, and 30 of its branch's 60 (from 240), at 2 s; np: 600 at c2's 2 s; m: not priced
+    assert hours == pytest.approx((300 + 30 + 600) * 2.0 / 3600) and unpriced == ["m"]

@@ -718,6 +718,25 @@ class Experiment:
                           "to_replay": ""} for k in range(1, spec.seeds) if (arm, k) not in listed]
         return pd.DataFrame(rows)
 
+    def hours_left(self, table: pd.DataFrame) -> tuple[float, list[str]]:
+        """The training the runs not done in `table` (`status`'s) still need, in hours, at each arm's median
+        seconds a step on this CPU kind (on any, for an arm not trained here; an arm never trained at the pace of
+        the arm whose rate it takes, its parts being alike), a run its checkpoint holds counted from there; and
+        the arms it cannot price. Replays and the speed stage come on top."""
+        records = self.records()
+        left = table[(table.state != "done") & table.steps.notna()]
+        if "seconds_per_step" not in records or left.empty:
+            return 0.0, sorted(set(left.arm))
+        here = records[records.cpu == machine()["cpu_name"]]
+        pace = here.groupby("arm").seconds_per_step.median().combine_first(
+            records.groupby("arm").seconds_per_step.median())
+        pace = pace.combine_first(pd.Series({a: pace[s.lr_from] for a, s in self.design.arms.items()
+                                             if s.lr_from in pace.index}, dtype=float))
+        reached = left.state.str.extract(r"at step (\d+)")[0].astype(float).fillna(0)  # a branch starts at
+        steps = left.steps - (reached - (left.budget - left.steps)).clip(lower=0)  # budget - steps
+        priced = left.arm.isin(pace.index)
+        return float((steps[priced] * left.arm[priced].map(pace)).sum() / 3600), sorted(set(left.arm[~priced]))
+
 
 ELSEWHERE = "waits for another CPU kind"  # the state of a replicate on the CPU kind that trained its original
 
