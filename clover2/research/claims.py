@@ -261,9 +261,8 @@ def _parts_claim(parts: list[str], cut: list[str], rows: pd.DataFrame, progress:
                     f" ({x.seeds} seeds)" + ("" if x.verdict == WAITS else f", Holm p {p_text(x.p_adjusted)}")
                     + f": {words}")
     waiting = left + [a for a, x in read.items() if x.verdict == WAITS]
-    if said and waiting:
-        said.append(f"{_and([PARTS.get(a, (a,))[0] for a in left])}: {progress(left)}" if left
-                    else progress(waiting))
+    if said and left:  # a part replayed but short of its seeds says so itself
+        said.append(f"{_and([PARTS.get(a, (a,))[0] for a in left])}: {progress(left)}")
     if cut:
         said.append(f"{_and([PARTS.get(a, (a,))[0] for a in cut])}: cut for machine time")
     verdicts = [x.verdict for x in read.values()]
