@@ -25,6 +25,7 @@ from clover2.errors import Clover2Error
 from clover2.files import write_csv
 from clover2.measure.bench import make_method
 from clover2.measure.fit import FitConfig, Fitted
+from clover2.measure.provenance import machine
 from clover2.profiles import load_profile
 from clover2.research.design import Arm, DesignConfig, Experiment, SpeedConfig
 from clover2.research.verdicts import bootstrap, holm
@@ -264,17 +265,22 @@ def test_a_tiny_study_times_its_claims_last_training_a_missing_seed_again_withou
     config = SpeedConfig(chains=(1, 2), threads=1)
     claimed = Experiment(replace(lab, profile=replace(prof, design=replace(design, speed_claims=config))))
     runs_csv = claimed.runs_csv.read_bytes()
-    lost = speed.timed_drafts(claimed)["e1", 1]
+    timed = speed.timed_drafts(claimed)
+    lost = timed["e1", 1]
     shutil.rmtree(claimed.folder(lost))
     claimed.run()
     out = claimed.speed_claims_dir
     written = {p.name for p in out.iterdir()}  # the first timings beside, where a busy machine had them taken again
     assert written - {"timings-contended.csv", "near-ties.csv"} == {"calibration.csv", "timings.csv", "speedups.csv",
-                                                                    "retrained.csv", "claims.csv", "env.json"}
+                                                                    "drafts.csv", "claims.csv", "env.json"}
     assert claimed.runs_csv.read_bytes() == runs_csv and (claimed.folder(lost) / "draft.safetensors").exists()
-    retrained = pd.read_csv(out / "retrained.csv")
-    assert retrained.run.tolist() == [lost.name] and (retrained.fresh_tau == retrained.committed_tau).all()
-    assert (retrained.fresh_weights_sha256 == retrained.committed_weights_sha256).all()  # same machine, same run
+    drafts = pd.read_csv(out / "drafts.csv")
+    assert drafts.run.tolist() == [run.name for run in timed.values()]  # every timed draft, kept with the results
+    assert drafts.draft.tolist() == ["c2", "seeds/c2-s1", "e1", "seeds/e1-s1"]
+    again = drafts[drafts.trained_again_on.notna()]
+    assert again.run.tolist() == [lost.name] and again.trained_again_on.tolist() == [machine()["cpu_name"]]
+    assert (again.trained_weights_sha256 == again.committed_weights_sha256).all()  # same machine, same run
+    assert (drafts.timed_weights_sha256 != drafts.committed_weights_sha256).all()  # kept as bf16
     claims = pd.read_csv(out / "claims.csv")
     assert claims.comparison.tolist() == ["c2 / plain decoding", "c2 / e1"] and claims.seeds.tolist() == ["2", "2 vs 2"]
     assert set(claims.verdict) <= {"faster", "slower", "no difference shown"} and (claims.prompts == 2).all()
@@ -289,8 +295,14 @@ def test_a_tiny_study_times_its_claims_last_training_a_missing_seed_again_withou
     assert set(pd.read_csv(out / "speedups.csv").arm) == {"pld", "suffix", "c2", "e1", "suffix+c2", "suffix+e1"}
     assert env["kernels"]["mode"] == "auto" and env["kernel_plan"] and env["commit"] == claimed.commit
     assert env["evaluation"]["timed_again"] == ("timings-contended.csv" in written) and env["retrained"] == [lost.name]
-    assert env["near_ties"] == 0 and env["retrained_tau_difference"] == 0
-    assert pd.read_csv(speed.retrained_csv(claimed)).run.tolist() == [lost.name]  # the record stays with the draft
+    assert env["near_ties"] == 0 and env["timed_tau_difference"] == pytest.approx(
+        (drafts.timed_tau - drafts.committed_tau).abs().max())
+    assert env["drafts"]["e1-s1"]["draft"] == "drafts/seeds/e1-s1"
+    assert not (claimed.lab.results / "speed-cpu-work").exists()  # nothing left to resume
+    # the drafts and their record stay with the results: a machine that lost the whole cache trains none again
+    assert pd.read_csv(speed.drafts_csv(claimed)).equals(drafts)
+    shutil.rmtree(claimed.root)
+    assert not speed.prepare_next(claimed)
     assert not claimed.next_step()  # the stage was the last thing to do
     # an output that is not plain decoding's stops the stage, and nothing is written
     shutil.rmtree(out)
@@ -341,31 +353,38 @@ def test_the_methods_orders_run_on_across_the_evaluations_chunks(monkeypatch):
 
 
 def test_a_draft_trained_again_is_remembered_even_if_its_replay_is_cut_short(monkeypatch, tmp_path):
-    """The retrained draft's row is written before its training: a process stopped between the training and the
-    replay finishes the replay next time, rather than finding the weights and forgetting they were trained again."""
+    """The row of a draft trained again is written before its training: a process stopped between the training
+    and the replay finishes the replay next time, rather than finding the draft kept and forgetting it was trained
+    again."""
     from types import SimpleNamespace
 
     from clover2.research.design import Run
 
     run = Run("e1", 1e-3, 1, 6)
-    folder = tmp_path / run.name
+    folder = tmp_path / "cache" / run.name
     calls = []
 
     def train(r, record=True):
         calls.append(("train", r.name, record))
         folder.mkdir(parents=True)
         (folder / "draft.safetensors").write_bytes(b"w")
-        (folder / "draft.json").write_text(json.dumps({"weights_sha256": "fresh"}))
+        (folder / "draft.json").write_text(json.dumps({"weights_sha256": "fresh", "run": r.name}))
+
+    def publish_run(r, dest):
+        calls.append(("publish", r.name))
+        shutil.copytree(folder, dest)
+        (dest / "draft.json").write_text(json.dumps({"weights_sha256": "bf16", "run": r.name}))
 
     def replayed(target, drafts, prompts, refs, trees):
         calls.append(("replay", *drafts))
-        if len(calls) == 2:
+        if calls.count(("replay", run.name)) == 1:
             raise KeyboardInterrupt  # stopped during the first replay
         return pd.DataFrame({"draft": [run.name], "tokens": [30], "steps": [20]})
 
     pd.DataFrame({"run": [run.name], "tree": ["eagle25"], "tokens": [30], "steps": [20]}).to_csv(
         tmp_path / "replays.csv", index=False)
-    experiment = SimpleNamespace(root=tmp_path, folder=lambda r: tmp_path / r.name, train=train,
+    experiment = SimpleNamespace(folder=lambda r: folder, train=train, publish_run=publish_run,
+                                 published=lambda: tmp_path / "drafts",
                                  design=SimpleNamespace(trees=("eagle25",)), prompts=lambda: [("qa", [1, 2])],
                                  lab=SimpleNamespace(target=None), _references=lambda prompts: None,
                                  replays_csv=tmp_path / "replays.csv",
@@ -373,12 +392,15 @@ def test_a_draft_trained_again_is_remembered_even_if_its_replay_is_cut_short(mon
     monkeypatch.setattr(speed, "timed_drafts", lambda e: {("e1", 1): run})
     monkeypatch.setattr(speed, "replayed_steps", replayed)
     with pytest.raises(KeyboardInterrupt):
-        speed.retrain_next(experiment)
-    pending = pd.read_csv(speed.retrained_csv(experiment))
-    assert pending.run.tolist() == [run.name] and pending.fresh_tau.isna().all()
-    assert speed.retrain_next(experiment) and calls == [("train", run.name, False), ("replay", run.name),
-                                                        ("replay", run.name)]  # not trained twice
-    done = pd.read_csv(speed.retrained_csv(experiment)).iloc[0]
-    assert (done.fresh_tau, done.committed_tau, done.fresh_weights_sha256, done.committed_weights_sha256) == (
-        1.5, 1.5, "fresh", "old")
-    assert not speed.retrain_next(experiment)  # nothing left
+        speed.prepare_next(experiment)
+    pending = pd.read_csv(speed.drafts_csv(experiment))
+    assert pending.run.tolist() == [run.name] and pending.timed_tau.isna().all()
+    shutil.rmtree(tmp_path / "cache")  # and the machine lost its cache: the kept draft is enough
+    assert speed.prepare_next(experiment) and calls == [("train", run.name, False), ("publish", run.name),
+                                                        ("replay", run.name), ("replay", run.name)]  # trained once
+    done = pd.read_csv(speed.drafts_csv(experiment)).iloc[0]
+    assert (done.draft, done.timed_tau, done.committed_tau, done.trained_again_on) == (
+        "seeds/e1-s1", 1.5, 1.5, machine()["cpu_name"])
+    assert (done.trained_weights_sha256, done.committed_weights_sha256, done.timed_weights_sha256) == (
+        "fresh", "old", "bf16")
+    assert not speed.prepare_next(experiment)  # nothing left

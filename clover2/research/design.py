@@ -482,9 +482,9 @@ class Experiment:
             self.speed()
             return True
         if self.design.speed_claims is not None and not (self.speed_claims_dir / "claims.csv").exists():
-            from clover2.research.speed import measure, retrain_next  # they read this module's plan: imported here
+            from clover2.research.speed import measure, prepare_next  # they read this module's plan: imported here
 
-            if not retrain_next(self):  # first the drafts this machine's cache lacks, one a step (training)
+            if not prepare_next(self):  # first every timed draft kept with the results, one a step (training)
                 measure(self)  # then the speed claims: they need the machine alone and every seed's draft
             return True
         return False
@@ -638,11 +638,11 @@ class Experiment:
         copied to results/<profile>/drafts/<arm>/ with bf16 weights (its settings, the target's
         fingerprint, the weights' SHA-256, its record from runs.csv and its `probe` beside them): what a reader loads
         with `load_draft` or `clover2 generate --method ARCH=FOLDER`. Arms not finished yet are skipped."""
-        dev, records, out = self.dev(), self.records().set_index("run"), []
+        dev, recorded, out = self.dev(), set(self.records().run), []
         for arm, spec in self.design.arms.items():
             lr = chosen_lr(self.design, arm, dev)
             run = None if spec.lr_from or lr is None else seed_runs(self.design, arm, lr, 0, self.decay_share)[0]
-            if run is None or run.name not in records.index:
+            if run is None or run.name not in recorded:
                 continue
             source, dest = self.folder(run), self.published() / arm
             if not (source / WEIGHTS).exists():  # a machine without the cache: what was published stays
@@ -651,20 +651,25 @@ class Experiment:
                     continue
                 raise Clover2Error(f"{run.name}: its draft is not in {source} (another machine's cache?) and not "
                                    f"published in {dest}; train it again with `clover2 study run`")
-            weights = {k: v.to(torch.bfloat16) if v.is_floating_point() else v
-                       for k, v in load_file(source / WEIGHTS).items()}
-            with atomic_path(dest) as tmp:
-                tmp.mkdir(parents=True)
-                save_file(weights, tmp / WEIGHTS)
-                meta = json.loads((source / SIDECAR).read_text())
-                meta |= {"weights_sha256": sha256_file(tmp / WEIGHTS), "weights_dtype": "bfloat16", "run": run.name,
-                         "target": target_record(self.lab.target),
-                         "record": json.loads(records.loc[run.name].to_json())}
-                write_json(tmp / SIDECAR, meta)
-                target = self.lab.target
-                write_json(tmp / SIDECAR, meta | {"probe": probe(load_draft(tmp, target), target)})
-            out.append(dest)
+            out.append(self.publish_run(run, dest))
         return out
+
+    def publish_run(self, run: Run, dest: Path) -> Path:
+        """`run`'s draft from this machine's cache, written to `dest` with bf16 weights, its settings, the target's
+        fingerprint, the weights' SHA-256, its record from runs.csv and its `probe` (atomically)."""
+        source, record = self.folder(run), self.records().set_index("run").loc[run.name]
+        weights = {k: v.to(torch.bfloat16) if v.is_floating_point() else v
+                   for k, v in load_file(source / WEIGHTS).items()}
+        with atomic_path(dest) as tmp:
+            tmp.mkdir(parents=True)
+            save_file(weights, tmp / WEIGHTS)
+            meta = json.loads((source / SIDECAR).read_text())
+            meta |= {"weights_sha256": sha256_file(tmp / WEIGHTS), "weights_dtype": "bfloat16", "run": run.name,
+                     "target": target_record(self.lab.target), "record": json.loads(record.to_json())}
+            write_json(tmp / SIDECAR, meta)
+            target = self.lab.target
+            write_json(tmp / SIDECAR, meta | {"probe": probe(load_draft(tmp, target), target)})
+        return dest
 
     def check_published(self, arms: Sequence[str] = ()) -> pd.DataFrame:
         """Replay every published draft (or those of `arms`) on the evaluation set (25-node tree) and set its

@@ -2,13 +2,15 @@
 faster than plain decoding (C1), and faster than EAGLE-1 (C2), on this CPU?
 
 `clover2 study run` measures them last (`Experiment.next_step`, for a design with `speed_claims`), once every
-planned run is trained and replayed, into results/<profile>/speed-cpu/, written at once. First it trains again,
-one step at a time, each timed seed whose draft is not in this machine's cache (`retrain_next`: the same rate,
-seed and data; runs.csv keeps its row), replayed untimed: its fresh tau beside the committed one
-(retrained.csv). Only then does the timing start, which needs the machine alone. A stage cut short resumes: the
-kernel plan, each arm's calibration and each finished chunk of the evaluation's prompts are kept in the cache,
-keyed by the CPU and the drafts' weights (another machine starts over). (speed/ keeps the earlier run on the
-25-node tree and PyTorch's stock kernels.)
+planned run is trained and replayed, into results/<profile>/speed-cpu/, written at once. First, one step at a
+time, it keeps every timed seed's draft with the results (`prepare_next`: seed 0's is the published draft, the
+other seeds' are published alike in drafts/seeds/; a draft this machine's cache lacks is trained again, the same
+rate, seed and data, runs.csv keeping its row), each replayed untimed: its tau beside the committed one
+(drafts/timed.csv, drafts.csv). A lost cache so costs at most the draft in training. Only then does the timing
+start, which needs the machine alone. A stage cut short resumes: the kernel plan, each arm's calibration and each
+finished chunk of the evaluation's prompts are kept in results/<profile>/speed-cpu-work/, keyed by the CPU model
+and the drafts' weights (another CPU model starts over). (speed/ keeps the earlier run on the 25-node tree and
+PyTorch's stock kernels.)
 
 1. **Kernels**: a copy of the target on the fastest linear kernels, measured afresh at the stage's start
    (`kernels="auto"`; the study's own target keeps the stock kernels its replays decode with). Plain decoding
@@ -76,8 +78,11 @@ BASELINES = ("pld", "suffix")  # the training-free methods timed beside the draf
 TIMINGS = ["prompt", "task", "method", "arm", "seed", "tree", "seconds", "new_tokens", "steps", "step_tokens", "tau",
            "identical", "other_load", "decode_s", "draft_share"]  # timings.csv's columns
 WORK_FORMAT = 3  # the layout (and order design) of an interrupted stage's folder: one of another is never resumed
-RETRAINED = ["arm", "seed", "run", "tree", "committed_tau", "fresh_tau", "committed_weights_sha256",
-             "fresh_weights_sha256"]  # retrained.csv's columns
+# drafts.csv's columns (drafts/timed.csv): where the draft is kept, its tau replayed there beside the committed run's,
+# the CPU that trained it again for the stage and those weights' SHA-256 (empty where it was not), and the kept
+# (bf16) weights' SHA-256
+DRAFTS = ["arm", "seed", "run", "draft", "tree", "committed_tau", "timed_tau", "trained_again_on",
+          "committed_weights_sha256", "trained_weights_sha256", "timed_weights_sha256"]
 
 
 def measure(experiment: Experiment) -> pd.DataFrame:
@@ -87,24 +92,29 @@ def measure(experiment: Experiment) -> pd.DataFrame:
     if config is None:
         raise Clover2Error(f"profile {experiment.lab.profile.name!r}: its design has no speed_claims section")
     prompts = experiment.prompts()
-    while retrain_next(experiment):  # `clover2 study run` trains them before the stage; a direct call here
+    while prepare_next(experiment):  # `clover2 study run` takes these before the stage; a direct call here
         pass
     drafts = timed_drafts(experiment)
-    retrained = retrained_table(experiment, drafts)
+    kept = drafts_table(experiment, drafts)
+    folders = {key: draft_folder(experiment, *key) for key in drafts}
     records = calibration_set(experiment.lab.profile.bench.tasks, config.calibration_per_task)
     arch = {arm: experiment.lab.draft_config(design.arms[arm].variant).arch for arm, _ in drafts}
     decode = DecodeConfig(max_new_tokens=design.max_new_tokens, timed=True)  # greedy, eager engine: the fp32 exact path
     fit_config = replace(experiment.lab.profile.bench.fit, max_new_tokens=design.max_new_tokens)
-    drafts_sha = [_weights_sha256(experiment.folder(run)) for run in drafts.values()]
-    # what an interrupted stage keeps, for this CPU, these drafts, these settings and this layout of its files
-    work = experiment.root / ("speed-cpu-work-" + stable_hash([WORK_FORMAT, machine()["cpu_name"], sorted(drafts_sha),
-                                                               asdict(config), design.max_new_tokens]))
-    work.mkdir(parents=True, exist_ok=True)
+    # what an interrupted stage keeps (committed with the results), for this CPU model, these drafts, these
+    # settings and this layout of its files: another key starts over
+    key = stable_hash([WORK_FORMAT, machine()["cpu_name"], sorted(kept.timed_weights_sha256), asdict(config),
+                       design.max_new_tokens])
+    work = experiment.lab.results / "speed-cpu-work"
+    if not (work / f"key-{key}").exists():
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+        (work / f"key-{key}").touch()
     threads = torch.get_num_threads()
     torch.set_num_threads(config.threads or len(os.sched_getaffinity(0)))
     try:
         target, curve, kernel_check = stage_kernels(experiment.lab.target, config.kernels, work)
-        models = {key: load_draft(experiment.folder(run), target) for key, run in drafts.items()}  # float weights
+        models = {key: load_draft(folder, target) for key, folder in folders.items()}  # at float precision
         trees, calibration = choose_trees(target, {arm: (arch[arm], models[arm, 0]) for arm in arch}, records,
                                           curve, config, fit_config, decode, n_boot=design.n_boot, work=work)
         methods, who = evaluation_methods(target, models, arch, trees, decode)
@@ -130,11 +140,11 @@ def measure(experiment: Experiment) -> pd.DataFrame:
             "prompts": len(prompts), "max_new_tokens": design.max_new_tokens, "n_boot": design.n_boot,
             "near_ties": int((ties.timing == "kept").sum()) if len(ties) else 0,
             "calibration_near_ties": int(calibration.near_ties.sum()),
-            "drafts": {f"{arm}-s{seed}": {"run": run.name, "weights_sha256": _weights_sha256(experiment.folder(run))}
-                       for (arm, seed), run in drafts.items()},
-            "retrained": retrained.run.tolist(),
-            "retrained_tau_difference": (float((retrained.fresh_tau - retrained.committed_tau).abs().max())
-                                         if len(retrained) else 0.0)}
+            "drafts": {f"{arm}-s{seed}": {"run": run.name, "draft": f"drafts/{draft}", "weights_sha256": sha}
+                       for (arm, seed), run, draft, sha in zip(drafts, drafts.values(), kept.draft,
+                                                               kept.timed_weights_sha256)},
+            "retrained": kept.run[kept.trained_again_on.notna()].tolist(),
+            "timed_tau_difference": float((kept.timed_tau - kept.committed_tau).abs().max())}
     with atomic_path(experiment.speed_claims_dir) as tmp:
         write_csv(tmp / "calibration.csv", calibration)
         write_csv(tmp / "timings.csv", timings)
@@ -143,10 +153,10 @@ def measure(experiment: Experiment) -> pd.DataFrame:
         if len(ties):
             write_csv(tmp / "near-ties.csv", ties)
         write_csv(tmp / "speedups.csv", summary)
-        write_csv(tmp / "retrained.csv", retrained)
+        write_csv(tmp / "drafts.csv", kept)
         write_csv(tmp / "claims.csv", out)
         write_json(tmp / "env.json", env)
-    shutil.rmtree(work)  # written: nothing left to resume (the retrained drafts' record stays, as the drafts do)
+    shutil.rmtree(work)  # written: nothing left to resume (the drafts and their record stay)
     return out
 
 
@@ -192,64 +202,80 @@ def timed_drafts(experiment: Experiment) -> dict[tuple[str, int], Run]:
     return out
 
 
-def retrained_csv(experiment: Experiment) -> Path:
-    """The drafts trained again on this machine for the stage, with their fresh tau (the cache: lost with it)."""
-    return experiment.root / "speed-cpu-retrained.csv"
+def draft_folder(experiment: Experiment, arm: str, seed: int) -> Path:
+    """Where the stage's draft of `arm`'s seed is kept, committed with the results so that a lost cache costs
+    none of them: seed 0's is the published draft (`Experiment.publish`), every other seed's is published alike
+    beside them, in drafts/seeds/ARM-sSEED/ (bf16 weights, timed at float precision)."""
+    return experiment.published() / (arm if seed == 0 else f"seeds/{arm}-s{seed}")
 
 
-def retrain_next(experiment: Experiment) -> bool:
-    """Train again the first timed draft whose weights are not in this machine's cache (the same rate, seed and
-    data; runs.csv keeps the row of the run it repeats), replay it on the design's first tree, untimed, with the
-    study's own target, and set its fresh tau and weights' SHA-256 beside the committed ones in `retrained_csv`
-    (a different machine may round differently). Its row is written before the training, fresh tau empty, so that
-    a process stopped between the training and the replay finishes the replay next time instead of forgetting the
-    draft was trained again. Says whether there was one: `clover2 study run` trains these one step at a time
-    before the stage, which alone needs the machine to itself."""
-    path = retrained_csv(experiment)
-    kept = pd.read_csv(path) if path.exists() else pd.DataFrame(columns=RETRAINED)
-    pending = set(kept[kept.fresh_tau.isna()].run)
-    drafts = timed_drafts(experiment)
-    todo = [(key, run) for key, run in drafts.items()
-            if run.name in pending or not (experiment.folder(run) / WEIGHTS).exists()]
+def drafts_csv(experiment: Experiment) -> Path:
+    """The timed drafts' record (committed beside them): each one's tau replayed beside the committed run's."""
+    return experiment.published() / "timed.csv"
+
+
+def _kept(folder: Path, run: Run) -> bool:
+    """Whether `folder` holds `run`'s draft."""
+    return (folder / WEIGHTS).exists() and json.loads((folder / SIDECAR).read_text()).get("run") == run.name
+
+
+def prepare_next(experiment: Experiment) -> bool:
+    """Bring the first timed draft not kept yet (`draft_folder`) onto this machine and say whether there was one:
+    published from this machine's cache, or trained again first where the cache lacks it (the same rate, seed and
+    data; runs.csv keeps the row of the run it repeats), then replayed on the design's first tree, untimed, with
+    the study's own target: its tau beside the committed one in `drafts_csv`, with the CPU that trained it again
+    (a different machine may round differently). A draft about to be trained has its row written first, so that
+    a process stopped before the replay still says it was trained again. `clover2 study run` takes these one step
+    at a time before the stage, which alone needs the machine to itself."""
+    path = drafts_csv(experiment)
+    kept = pd.read_csv(path) if path.exists() else pd.DataFrame(columns=DRAFTS)
+    replayed = set(kept.dropna(subset=["timed_tau"]).run)
+    todo = [(key, run) for key, run in timed_drafts(experiment).items()
+            if run.name not in replayed or not _kept(draft_folder(experiment, *key), run)]
     if not todo:
         return False
     (arm, seed), run = todo[0]
-    tree = experiment.design.trees[0]
-    row = {"arm": arm, "seed": seed, "run": run.name, "tree": tree,
-           "committed_weights_sha256": experiment.records().set_index("run").weights_sha256[run.name]}
-    if not (experiment.folder(run) / WEIGHTS).exists():
-        if (experiment.folder(run) / SIDECAR).exists():
-            raise Clover2Error(f"{experiment.folder(run)} holds a {SIDECAR} but no weights: remove the folder, and "
-                               "the speed claims train the run again")
-        kept = _with_row(path, kept, row)  # trained again: said before the training starts
-        print(f"{run.name}: its draft is not in this machine's cache; training it again for the speed claims",
-              flush=True)
-        experiment.train(run, record=False)
+    dest, source, tree = draft_folder(experiment, arm, seed), experiment.folder(run), experiment.design.trees[0]
+    earlier = kept[kept.run == run.name]
+    row = {"arm": arm, "seed": seed, "run": run.name, "draft": dest.relative_to(experiment.published()).as_posix(),
+           "tree": tree, "committed_weights_sha256": experiment.records().set_index("run").weights_sha256[run.name],
+           **({k: earlier.iloc[0][k] for k in ("trained_again_on", "trained_weights_sha256")} if len(earlier) else {})}
+    if not _kept(dest, run):
+        if not (source / WEIGHTS).exists():
+            if (source / SIDECAR).exists():
+                raise Clover2Error(f"{source} holds a {SIDECAR} but no weights: remove the folder, and the speed "
+                                   "claims train the run again")
+            row["trained_again_on"] = machine()["cpu_name"]
+            kept = _with_row(path, kept, row)  # said before the training starts
+            print(f"{run.name}: its draft is neither kept in {dest} nor in this machine's cache; training it again "
+                  "for the speed claims", flush=True)
+            experiment.train(run, record=False)
+        if isinstance(row.get("trained_again_on"), str):
+            row["trained_weights_sha256"] = _weights_sha256(source)
+        experiment.publish_run(run, dest)
+        kept = _with_row(path, kept, row)
     prompts = experiment.prompts()
-    fresh = replayed_steps(experiment.lab.target, {run.name: experiment.folder(run)}, prompts,
-                           experiment._references(prompts), trees=[tree])
+    fresh = replayed_steps(experiment.lab.target, {run.name: dest}, prompts, experiment._references(prompts),
+                           trees=[tree])
     committed = pd.read_csv(experiment.replays_csv)
     old = committed[(committed.run == run.name) & (committed.tree == tree)]
     _with_row(path, kept, row | {"committed_tau": old.tokens.sum() / old.steps.sum(),
-                                 "fresh_tau": fresh.tokens.sum() / fresh.steps.sum(),
-                                 "fresh_weights_sha256": _weights_sha256(experiment.folder(run))})
+                                 "timed_tau": fresh.tokens.sum() / fresh.steps.sum(),
+                                 "timed_weights_sha256": _weights_sha256(dest)})
     return True
 
 
 def _with_row(path: Path, kept: pd.DataFrame, row: dict) -> pd.DataFrame:
-    """`retrained_csv` with `row` in place of the run's earlier one, written."""
-    out = pd.concat([kept[kept.run != row["run"]], pd.DataFrame([row])], ignore_index=True).reindex(columns=RETRAINED)
+    """`drafts_csv` with `row` in place of the run's earlier one, written."""
+    out = pd.concat([kept[kept.run != row["run"]], pd.DataFrame([row])], ignore_index=True).reindex(columns=DRAFTS)
     write_csv(path, out)
     return out
 
 
-def retrained_table(experiment: Experiment, drafts: dict[tuple[str, int], Run]) -> pd.DataFrame:
-    """The rows of `retrained_csv` for the stage's `drafts` (retrained.csv)."""
-    path = retrained_csv(experiment)
-    if not path.exists():
-        return pd.DataFrame(columns=RETRAINED)
-    kept = pd.read_csv(path)
-    return kept[kept.run.isin([run.name for run in drafts.values()])].reset_index(drop=True)
+def drafts_table(experiment: Experiment, drafts: dict[tuple[str, int], Run]) -> pd.DataFrame:
+    """The rows of `drafts_csv` for the stage's `drafts` (drafts.csv), in their order."""
+    kept = pd.read_csv(drafts_csv(experiment)).set_index("run")
+    return kept.loc[[run.name for run in drafts.values()]].reset_index().reindex(columns=DRAFTS)
 
 
 def _weights_sha256(folder) -> str:

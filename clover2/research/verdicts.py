@@ -883,9 +883,9 @@ def _cpu_speed_note(claims: pd.DataFrame | None) -> str:
              f"{load.get('other_load', 0):.1%} of the machine; {load.get('prompts_timed_again', 0)} prompts were "
              f"timed again for load over {env.get('speed_claims', {}).get('contended_share', 0.05):.0%} "
              f"({load.get('prompts_still_contended', 0)} still over it). "
-             + (f"{len(retrained)} seeds' drafts, not in this machine's cache, were trained again first; their tau "
-                f"differs from the committed one by at most {env.get('retrained_tau_difference', 0):.3f} "
-                "(`retrained.csv`). " if retrained else "")
+             + (f"The timed drafts are the ones kept in `results/study/drafts/` (bf16 weights; {len(retrained)} "
+                f"trained again for the stage, the same rate, seed and data); their tau differs from the committed "
+                f"runs' by at most {env.get('timed_tau_difference', 0):.3f} (`drafts.csv`). ")
              + (f"{env['near_ties']} outputs parted from plain decoding's at a near tie, where the kernels' "
                 "rounding decides (`near-ties.csv`); every other output is plain decoding's, token for token."
                 if env.get("near_ties") else "Every output is plain decoding's, token for token.")) if env else ""
