@@ -464,3 +464,12 @@ def test_the_draft_step_claim_says_what_the_one_token_chain_costs_where_a_cpu_fi
     env["fitted_trees"]["eagle1=eagle1"]["budget"] = 3  # EAGLE-1 fitted to another tree: no like-for-like reading
     (tmp_path / "use/float32/env.json").write_text(json.dumps(env))
     assert _one_token_draft_steps(tmp_path, design) == "" and _one_token_draft_steps(tmp_path / "none", design) == ""
+
+
+def test_claims_that_start_alike_merge_unless_that_would_stack_two_ands():
+    from clover2.research.claims import _merged
+
+    assert _merged(["A beats B on GPUs", "A beats C on GPUs"]) == ["A beats B on GPUs and C on GPUs"]
+    assert _merged(["A beats B", "A beats C", "A beats D"]) == ["A beats B, C and D"]
+    apart = ["Clover-2 decodes faster than EAGLE-1 on GPUs", "Clover-2 decodes 2x (T = 0) and 1.8x (T = 1) as fast"]
+    assert _merged(apart) == apart

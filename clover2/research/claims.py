@@ -553,7 +553,8 @@ def _lower(text: str) -> str:
 
 def _merged(texts: list[str]) -> list[str]:
     """Consecutive claims that start alike, as one: "A beats B" and "A beats C" as "A beats B and C"
-    (at least two words in common, no parenthesis left open)."""
+    (at least two words in common, no parenthesis left open, and no "and" of their own in what differs,
+    which the joined sentence would make ambiguous)."""
     groups: list[tuple[list[str], list[str]]] = []  # the words in common, and each claim's rest
     for text in texts:
         words = text.split(" ")
@@ -563,7 +564,8 @@ def _merged(texts: list[str]) -> list[str]:
                 whole = head + tails[0].split(" ")
                 n = next((i for i, (a, b) in enumerate(zip(whole, words)) if a != b), min(len(whole), len(words)))
                 shared = " ".join(words[:n])
-                if 2 <= n < min(len(whole), len(words)) and shared.count("(") == shared.count(")"):
+                if 2 <= n < min(len(whole), len(words)) and shared.count("(") == shared.count(")") and \
+                        "and" not in whole[n:] + words[n:]:
                     groups[-1] = (words[:n], [" ".join(whole[n:]), " ".join(words[n:])])
                     continue
             elif words[:len(head)] == head and len(words) > len(head):
