@@ -476,6 +476,12 @@ def _study(args):
           f"(+ {int(left.steps.isna().sum())} runs whose rate is not chosen yet), about {hours:.1f} h of training at "
           f"this CPU's pace so far" + (f" ({', '.join(unpriced)} not trained yet: not counted)" if unpriced else "")
           + f"; {int((table.to_replay != '').sum())} runs to replay")
+    if experiment.design.speed_claims is not None:
+        from clover2.research.speed import drafts_left
+
+        keep, train, hours = drafts_left(experiment)
+        print(f"Then the speed claims: {keep} timed drafts to keep with the results ({train} to train again, about "
+              f"{hours:.1f} h), then their timing, the machine alone")
 
 
 @command("cost-curve", "target forward time for N new tokens over a cached prefix",

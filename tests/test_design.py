@@ -315,8 +315,9 @@ def test_the_status_prices_the_training_left_at_this_cpus_pace():
     design = replace(DESIGN, arms=DESIGN.arms | {"np": Arm("clover2", lr_from="c2", tier=3),
                                                  "m": Arm("medusa", lrs=(1e-3,))})
     stub = types.SimpleNamespace(records=lambda: records, design=design)
+    stub.pace = lambda: Experiment.pace(stub)
     table = pd.DataFrame({"arm": ["c2", "c2", "e1", "np", "m", "e1"], "budget": [600, 300, 600, 600, 600, 600],
-                          "steps": [600, 60, 600, 600, 600, math.nan],
+                          "steps": [600, 60, 600, 600, 600, math.nan], "reached": [300, 270, 0, 0, 0, 0],
                           "state": ["at step 300", "at step 270", "done", "to do", "to do", "waits for the grid"]})
     hours, unpriced = Experiment.hours_left(stub, table)
     # c2: 300 steps left, and 30 of its branch's 60 (from 240), at 2 s; np: 600 at c2's 2 s; m: not priced

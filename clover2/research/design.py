@@ -701,7 +701,7 @@ class Experiment:
                           self.root / "references.pt", layers=layers_read(self.lab.target, archs))
 
     def status(self) -> pd.DataFrame:
-        """One row per run of the plan so far: done, partial (the step its checkpoint holds) or to do,
+        """One row per run of the plan so far: done, partial (the step its checkpoint holds, `reached`) or to do,
         the trees still to replay, and its steps; seeds still waiting for their arm's rate are listed
         with no rate."""
         dev, records, replayed = self.dev(), self.records(), self.replayed()
@@ -709,37 +709,41 @@ class Experiment:
         rows = []
         for run in self.plan():
             ckpt = self.folder(run) / "checkpoint" / "state.pt"
-            state = "done" if run.name in done else (f"at step {_step(ckpt)}" if ckpt.exists() else
+            reached = _step(ckpt) if run.name not in done and ckpt.exists() else 0
+            state = "done" if run.name in done else (f"at step {reached}" if reached else
                                                      ELSEWHERE if self.elsewhere(run) else "to do")
             lost = run.parent is not None and run.parent.name in done and self.kept_state(run) is None
             rows.append({"run": run.name, "arm": run.recorded_arm, "lr": run.lr, "seed": run.seed, "budget": run.budget,
                          "share": run.share, "steps": run.budget if lost else run.steps, "state": state,
+                         "reached": reached,
                          "to_replay": " ".join(t for t in self.trees(run, dev) if (run.name, t) not in replayed)})
         listed = {(r["arm"], r["seed"]) for r in rows}
         for arm, spec in self.design.arms.items():
             if chosen_lr(self.design, arm, dev) is None and not spec.cut:
                 rows += [{"run": f"{arm}/(rate to be chosen)-s{k}", "arm": arm, "lr": math.nan, "seed": k,
                           "budget": self.design.main, "share": 1.0, "steps": math.nan, "state": "waits for the grid",
-                          "to_replay": ""} for k in range(1, spec.seeds) if (arm, k) not in listed]
+                          "reached": 0, "to_replay": ""} for k in range(1, spec.seeds) if (arm, k) not in listed]
         return pd.DataFrame(rows)
 
-    def hours_left(self, table: pd.DataFrame) -> tuple[float, list[str]]:
-        """The training the runs not done in `table` (`status`'s) still need, in hours, at each arm's median
-        seconds a step on this CPU kind (on any, for an arm not trained here; an arm never trained at the pace of
-        the arm whose rate it takes, its parts being alike), a run its checkpoint holds counted from there; and
-        the arms it cannot price. Replays and the speed stage come on top."""
+    def pace(self) -> pd.Series:
+        """Each arm's median seconds a training step on this CPU kind (on any, for an arm not trained here; an arm
+        never trained at the pace of the arm whose rate it takes, its parts being alike)."""
         records = self.records()
-        left = table[(table.state != "done") & table.steps.notna()]
-        if "seconds_per_step" not in records or left.empty:
-            return 0.0, sorted(set(left.arm))
+        if "seconds_per_step" not in records:
+            return pd.Series(dtype=float)
         here = records[records.cpu == machine()["cpu_name"]]
         pace = here.groupby("arm").seconds_per_step.median().combine_first(
             records.groupby("arm").seconds_per_step.median())
-        pace = pace.combine_first(pd.Series({a: pace[s.lr_from] for a, s in self.design.arms.items()
+        return pace.combine_first(pd.Series({a: pace[s.lr_from] for a, s in self.design.arms.items()
                                              if s.lr_from in pace.index}, dtype=float))
-        reached = left.state.str.extract(r"at step (\d+)")[0].astype(float).fillna(0)  # a branch starts at
-        steps = left.steps - (reached - (left.budget - left.steps)).clip(lower=0)  # budget - steps
-        priced = left.arm.isin(pace.index)
+
+    def hours_left(self, table: pd.DataFrame) -> tuple[float, list[str]]:
+        """The training the runs not done in `table` (`status`'s) still need, in hours, at each arm's `pace`, a run
+        its checkpoint holds counted from there; and the arms it cannot price. Replays and the speed stage come on
+        top."""
+        left, pace = table[(table.state != "done") & table.steps.notna()], self.pace()
+        steps = left.steps - (left.reached - (left.budget - left.steps)).clip(lower=0)  # a branch starts at
+        priced = left.arm.isin(pace.index)  # budget - steps
         return float((steps[priced] * left.arm[priced].map(pace)).sum() / 3600), sorted(set(left.arm[~priced]))
 
 

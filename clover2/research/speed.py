@@ -180,10 +180,11 @@ def stage_kernels(target: Target, mode: str, work: Path) -> tuple[Target, pd.Dat
     return staged, curves["eager"], check
 
 
-def timed_drafts(experiment: Experiment) -> dict[tuple[str, int], Run]:
+def timed_drafts(experiment: Experiment, *, planned: bool = False) -> dict[tuple[str, int], Run]:
     """Every seed of each timed arm (the primary arms, then the reference), then seed 0 of each descriptive arm
     (`SpeedConfig.descriptive`: timed beside them, in no claim), by (arm, seed): its main-budget run on all the
-    data at the arm's chosen rate, which must be recorded (the claims are timed after every seed)."""
+    data at the arm's chosen rate, which must be recorded (the claims are timed after every seed); `planned`:
+    those whose arm's rate is chosen, trained or not."""
     design, dev, recorded = experiment.design, experiment.dev(), set(experiment.records().run)
     descriptive = design.speed_claims.descriptive if design.speed_claims else ()
     unknown = [a for a in descriptive if a not in design.arms or design.arms[a].cut or design.arms[a].lr_from]
@@ -192,11 +193,13 @@ def timed_drafts(experiment: Experiment) -> dict[tuple[str, int], Run]:
     out = {}
     for arm in (*design.primary, design.reference, *descriptive):
         lr = chosen_lr(design, arm, dev)
+        if lr is None and planned:
+            continue
         if lr is None:
             raise Clover2Error(f"{arm}'s learning rate is not chosen yet: the speed claims are timed after every seed")
         for seed in range(design.arms[arm].seeds if arm not in descriptive else 1):
             run = seed_runs(design, arm, lr, seed, experiment.decay_share)[0]
-            if run.name not in recorded:
+            if run.name not in recorded and not planned:
                 raise Clover2Error(f"{run.name} is not trained yet: the speed claims are timed after every seed")
             out[arm, seed] = run
     return out
@@ -263,6 +266,20 @@ def prepare_next(experiment: Experiment) -> bool:
                                  "timed_tau": fresh.tokens.sum() / fresh.steps.sum(),
                                  "timed_weights_sha256": _weights_sha256(dest)})
     return True
+
+
+def drafts_left(experiment: Experiment) -> tuple[int, int, float]:
+    """What the stage still needs before its timing (`clover2 study status`): how many timed drafts are not kept
+    yet, how many of them this machine must train again (its cache lacks them) and that training's hours at each
+    arm's `Experiment.pace`."""
+    path = drafts_csv(experiment)
+    replayed = set(pd.read_csv(path).dropna(subset=["timed_tau"]).run) if path.exists() else set()
+    left = {key: run for key, run in timed_drafts(experiment, planned=True).items()
+            if run.name not in replayed or not _kept(draft_folder(experiment, *key), run)}
+    train = [run for key, run in left.items() if not (experiment.folder(run) / WEIGHTS).exists()
+             and not _kept(draft_folder(experiment, *key), run)]
+    pace = experiment.pace()
+    return len(left), len(train), sum(run.budget * pace.get(run.arm, math.nan) for run in train) / 3600
 
 
 def _with_row(path: Path, kept: pd.DataFrame, row: dict) -> pd.DataFrame:
