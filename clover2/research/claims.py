@@ -43,10 +43,8 @@ from clover2.research.verdicts import (
     p_text,
     part_arms,
     reason,
+    rivals,
     superseded,
-)
-from clover2.research.verdicts import (
-    rivals as rival_arms,
 )
 
 STATUSES = ("reproduced", "equivalent within the margin", "not reproduced", "inconclusive", "not testable here",
@@ -223,13 +221,13 @@ def study_claims(results: Path, design: DesignConfig | None = None) -> list[Clai
                          + (f" ({REDUCED[second]})" if second in REDUCED else ""),
                          _study_status(x.verdict), page, DEPARTURES.get(first, "")))
     decided = {c.split(" / ")[1] for c in rows("architectures").comparison} if not verdicts.empty else set()
-    planned = [a for a in rival_arms(design) if a not in decided]
+    planned = [a for a in rivals(design) if a not in decided]
     if planned:
         out.append(Claim(f"Clover-2 predicts more tokens per step than {_names(planned)}", _premise(planned),
                          progress(planned), "not decided yet", page))
-    rivals = [a for a in design.cut if not design.arms[a].lr_from]
-    if rivals:
-        out.append(Claim(f"Clover-2 predicts more tokens per step than {_names(rivals)}", _premise(rivals),
+    cut_rivals = [a for a in design.cut if not design.arms[a].lr_from]
+    if cut_rivals:
+        out.append(Claim(f"Clover-2 predicts more tokens per step than {_names(cut_rivals)}", _premise(cut_rivals),
                          "not trained in the study (the protocol's cuts)", "cut for machine time", page))
     parts, cut = part_arms(design), part_arms(design, cut=True)
     if parts:
