@@ -429,6 +429,9 @@ def _notebooks(args):
                   "RESULTS/<profile>/drafts (bf16); check: replay the published drafts against their committed tau"),
          arg("--profile", default="study", help="a profile with a design section"),
          arg("--arm", action="append", default=[], help="check: only this arm's published draft (repeatable)"),
+         arg("--untimed", action="store_true",
+             help="run: stop before the speed claims' timing, which needs the machine alone (everything else done, "
+                  "every timed draft kept); a later `run` without it times them"),
          RESULTS)
 def _study(args):
     import datetime
@@ -442,7 +445,7 @@ def _study(args):
     experiment = Experiment(Lab.open(args.profile, results=args.results / args.profile if args.results else None,
                                        kernels="stock"))
     if args.action == "run":
-        experiment.run()
+        experiment.run(timing=not args.untimed)
     if args.action == "publish":
         for folder in experiment.publish():
             print(folder)
@@ -481,7 +484,7 @@ def _study(args):
 
         keep, train, hours = drafts_left(experiment)
         print(f"Then the speed claims: {keep} timed drafts to keep with the results ({train} to train again, about "
-              f"{hours:.1f} h), then their timing, the machine alone")
+              f"{hours:.1f} h), then their timing, the machine alone (`run --untimed` stops before it)")
 
 
 @command("cost-curve", "target forward time for N new tokens over a cached prefix",

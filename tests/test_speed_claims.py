@@ -270,8 +270,11 @@ def test_a_tiny_study_times_its_claims_last_training_a_missing_seed_again_withou
     shutil.rmtree(claimed.folder(lost))
     keep, train, hours = speed.drafts_left(claimed)  # what `clover2 study status` says is left before the timing
     assert (keep, train) == (4, 1) and 0 < hours == pytest.approx(lost.budget * claimed.pace()["e1"] / 3600)
+    claimed.run(timing=False)  # `clover2 study run --untimed`: every draft kept, the timing left for the machine alone
+    assert speed.drafts_left(claimed) == (0, 0, 0) and not (claimed.speed_claims_dir / "claims.csv").exists()
+    assert pd.read_csv(claimed.sittings_csv).ended.iloc[-1] == "before the timing"
     claimed.run()
-    assert speed.drafts_left(claimed) == (0, 0, 0)
+    assert pd.read_csv(claimed.sittings_csv).ended.iloc[-1] == "finished"
     out = claimed.speed_claims_dir
     written = {p.name for p in out.iterdir()}  # the first timings beside, where a busy machine had them taken again
     assert written - {"timings-contended.csv", "near-ties.csv"} == {"calibration.csv", "timings.csv", "speedups.csv",

@@ -467,9 +467,10 @@ class Experiment:
         main = run.budget == self.design.main and run.share == 1
         return tuple(dict.fromkeys((*self.design.trees, *(self.design.main_trees if main else ()))))
 
-    def next_step(self) -> bool:
+    def next_step(self, *, timing: bool = True) -> bool:
         """Do the next thing the study needs (train a run, or replay a finished one) and say whether
-        there was one: the first run of `plan` not yet trained or replayed."""
+        there was one: the first run of `plan` not yet trained or replayed. `timing` False: the speed claims'
+        timing, which needs the machine alone, is not started (everything before it is done)."""
         dev, done, replayed = self.dev(), set(self.records().run), self.replayed()
         for run in self.plan():
             if self.elsewhere(run):
@@ -490,9 +491,11 @@ class Experiment:
         if self.design.speed_claims is not None and not (self.speed_claims_dir / "claims.csv").exists():
             from clover2.research.speed import measure, prepare_next  # they read this module's plan: imported here
 
-            if not prepare_next(self):  # first every timed draft kept with the results, one a step (training)
+            if prepare_next(self):  # first every timed draft kept with the results, one a step (training)
+                return True
+            if timing:
                 measure(self)  # then the speed claims: they need the machine alone and every seed's draft
-            return True
+            return timing
         return False
 
     def elsewhere(self, run: Run) -> bool:
@@ -503,11 +506,12 @@ class Experiment:
         original = replace(run, replicate=False).name
         return original not in records.index or records.loc[original, "cpu"] == machine()["cpu_name"]
 
-    def run(self) -> None:
+    def run(self, *, timing: bool = True) -> None:
         """Everything left, in order; each step resumes where an interrupted one stopped. Each sitting
         adds a row to `sittings.csv`, brought up to date after every step: its wall-clock time, machine and
-        what it did, which add up to the study's machine time (`ended`: finished, interrupted, or running
-        where the process was killed outright after its last step)."""
+        what it did, which add up to the study's machine time (`ended`: finished, interrupted, "before the
+        timing" (`timing` False: everything but the speed claims' timing done), or running where the process was
+        killed outright after its last step)."""
         started, before = datetime.now(timezone.utc), (len(self.records()), len(self.replayed()))
 
         def log(ended: str) -> None:  # this sitting's row, written again after every step
@@ -526,9 +530,10 @@ class Experiment:
             previous = None
         try:
             log("running")  # a process killed outright (SIGKILL, a machine stopped) leaves its last step's row
-            while self.next_step():
+            while self.next_step(timing=timing):
                 log("running")
-            ended = "finished"
+            timed = self.design.speed_claims is None or (self.speed_claims_dir / "claims.csv").exists()
+            ended = "finished" if timed else "before the timing"
         finally:
             if previous is not None:
                 signal.signal(signal.SIGTERM, previous)
