@@ -187,6 +187,81 @@ def test_a_prompt_timed_under_load_is_timed_again_once_on_its_own(monkeypatch):
                     "prompts_still_contended": 1, "contended": True}
 
 
+def _watched(method, seen):
+    """`method` with what its drafters remember recorded as each timed run starts."""
+    (memory,) = method.memories
+    return replace(method, run=lambda ids: (seen.append((list(ids), memory.snapshot()["counts"])), method.run(ids))[1])
+
+
+def test_a_prompt_timed_again_finds_the_suffix_cache_as_its_first_timing_did(monkeypatch):
+    """Not holding its own answer (its first timing put it there), but every earlier prompt's; afterwards the
+    cache is as the first timings left it: each prompt in it once."""
+    target = tiny_target("llama")
+    config = DecodeConfig(max_new_tokens=4)
+    plain, suffix = (make_method(m, target, config) for m in ("ar", "suffix"))
+    seen = []
+    real = speed.interleaved
+    loads = iter([{0: 0.0, 1: 0.3, 2: 0.0}, {1: 0.0}])  # prompt 1 busy, then idle
+
+    def loaded(methods, prompts, **kw):
+        load = next(loads)
+        return real(methods, prompts, **kw).assign(other_load=lambda d: d.prompt.map(load))
+    monkeypatch.setattr(speed, "interleaved", loaded)
+    prompts = {0: [1, 2, 3, 1, 2], 1: [4, 5, 6, 4, 5], 2: [7, 8, 9, 7, 8]}
+    with pytest.warns(UserWarning, match="timing them again"):
+        speed.evaluate([plain, _watched(suffix, seen)], prompts, dict.fromkeys(prompts, "qa"), 0.05)
+    at_1 = [counts for ids, counts in seen if ids == prompts[1]]
+    assert len(at_1) == 2 and at_1[0] == at_1[1] and at_1[0]  # the retime: the cache as the first timing found it
+    fresh = make_method("suffix", target, config)
+    for ids in prompts.values():
+        fresh.run(ids)
+    assert suffix.memories[0].counts == fresh.memories[0].counts
+
+
+def test_a_resumed_evaluation_finds_the_suffix_cache_as_an_uninterrupted_one(monkeypatch, tmp_path):
+    """A new process resuming after the finished chunks first fills its suffix cache with their prompts; rows of
+    a chunk cut short between its writes are not kept."""
+    target = tiny_target("llama")
+    config = DecodeConfig(max_new_tokens=4)
+    monkeypatch.setattr(speed, "CHUNK", 1)
+    _unloaded(monkeypatch)
+    prompts = {0: [1, 2, 3, 1, 2], 1: [4, 5, 6, 4, 5], 2: [7, 8, 9, 7, 8]}
+    tasks = dict.fromkeys(prompts, "qa")
+
+    def methods(seen):  # a process's own methods
+        return [make_method("ar", target, config), _watched(make_method("suffix", target, config), seen)]
+    whole, cut = [], []
+    speed.evaluate(methods(whole), prompts, tasks, 0.05)
+    real, calls = speed._timed_alone, []
+
+    def timed(methods, chunk, *args, **kw):  # the session ends during the third chunk
+        calls.append(list(chunk))
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(methods, chunk, *args, **kw)
+    monkeypatch.setattr(speed, "_timed_alone", timed)
+    with pytest.raises(KeyboardInterrupt):
+        speed.evaluate(methods([]), prompts, tasks, 0.05, tmp_path)
+    leftover = pd.read_csv(tmp_path / "timings.partial.csv").query("prompt == 1").assign(prompt=2)
+    write_csv(tmp_path / "contended.partial.csv", leftover)  # written before the third chunk's timings were
+    runs, first, load, ties = speed.evaluate(methods(cut), prompts, tasks, 0.05, tmp_path)
+    assert calls == [[0], [1], [2], [2]] and first is None and not load["timed_again"]
+    assert [ids for ids, _ in cut] == list(prompts.values())  # prompts 0 and 1 remembered, untimed, then 2 timed
+    assert cut[2][1] == whole[2][1]
+
+
+def test_a_stage_resumes_only_with_the_same_threads_drafts_prompts_and_machine_size(monkeypatch):
+    args = dict(threads=2, weights={"c2": "a", "seeds/c2-s1": "b"}, config=SpeedConfig(), max_new_tokens=64,
+                prompts=[("qa", [1, 2, 3])], records=CALIBRATION)
+    key = speed.work_key(**args)
+    assert speed.work_key(**args) == key
+    for change in ({"threads": 4}, {"weights": {"c2": "b", "seeds/c2-s1": "a"}}, {"prompts": [("qa", [1, 2, 4])]},
+                   {"records": CALIBRATION[:1]}, {"max_new_tokens": 32}, {"config": SpeedConfig(chains=(1,))}):
+        assert speed.work_key(**args | change) != key, change
+    monkeypatch.setattr(speed.os, "cpu_count", lambda: 64)
+    assert speed.work_key(**args) != key
+
+
 def test_an_interrupted_evaluation_resumes_at_the_next_chunk(monkeypatch, tmp_path):
     target = tiny_target("llama")
     methods = [make_method(m, target, DecodeConfig(max_new_tokens=4)) for m in ("ar", "pld")]

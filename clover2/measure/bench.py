@@ -79,7 +79,7 @@ def make_method(spec: MethodSpec | str, target: Target, config: DecodeConfig, *,
                         if isinstance(drafter, Union) else None)
             return Run(g.output_ids, g.seconds, g.accept_lengths, sum(s.draft_s for s in g.steps),
                        sum(s.draft_s + s.verify_s for s in g.steps), accepted)
-        return Method(spec, run, warm_up=lambda prompt: run(prompt, remember=False))
+        return Method(spec, run, warm_up=lambda prompt: run(prompt, remember=False), memories=make().memories)
     gen_config = target.model.generation_config.to_dict() | {
         "do_sample": not sp.greedy, "max_new_tokens": config.max_new_tokens, "num_beams": 1,
         "eos_token_id": list(target.eos_token_ids) or None, "temperature": sp.temperature or None,

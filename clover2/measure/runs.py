@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from clover2.decoding.drafter import Memory
 from clover2.drafts.methods import MethodSpec
 
 
@@ -43,6 +44,9 @@ class Method:
     # an untimed run that leaves the drafters' memories (clover2.decoding.drafter.Memory) as they were
     # before it; None: `run` (a method that remembers nothing across prompts)
     warm_up: Callable[[list[int]], Run] | None = None
+    # what its drafters remember across prompts (shared by every generation), for a caller that must put
+    # it back as it was (a prompt timed again; a timing resumed after others)
+    memories: tuple[Memory, ...] = ()
     draft_weights: str = ""  # the draft's precision (float or int8); "" for methods without a draft
     # the method whose greedy output this one's must equal (`identical`): plain decoding, or, for an
     # engine's methods, that engine's own plain decoding

@@ -9,8 +9,9 @@ rate, seed and data, runs.csv keeping its row), each replayed untimed: its tau b
 (drafts/timed.csv, drafts.csv). A lost cache so costs at most the draft in training. Only then does the timing
 start, which needs the machine alone. A stage cut short resumes: the kernel plan, each arm's calibration and each
 finished chunk of the evaluation's prompts are kept in results/<profile>/speed-cpu-work/, keyed by the CPU model
-and the drafts' weights (another CPU model starts over). (speed/ keeps the earlier run on the 25-node tree and
-PyTorch's stock kernels.)
+and size, the threads, the drafts' weights, the prompts and the timed code (another key starts over); the
+suffix caches are filled again with the finished prompts before a resumed evaluation goes on. (speed/ keeps
+the earlier run on the 25-node tree and PyTorch's stock kernels.)
 
 1. **Kernels**: a copy of the target on the fastest linear kernels, measured afresh at the stage's start
    (`kernels="auto"`; the study's own target keeps the stock kernels its replays decode with). Plain decoding
@@ -52,8 +53,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 import torch
+from tqdm.auto import tqdm
 
 from clover2.decoding.decode import DecodeConfig
+from clover2.decoding.drafter import Memory
 from clover2.decoding.kernels import KernelPlan, install
 from clover2.decoding.prompts import PromptRecord, first_turn_ids
 from clover2.decoding.target import Target, with_kernels
@@ -65,7 +68,7 @@ from clover2.files import atomic_path, stable_hash, write_csv, write_json
 from clover2.measure.acceptance import replayed_steps
 from clover2.measure.bench import Method, checked_cost_curves, interleaved, make_method
 from clover2.measure.fit import FitConfig, calibrate, calibration_records, fit
-from clover2.measure.provenance import environment, machine
+from clover2.measure.provenance import code_version, environment, machine
 from clover2.research.design import Run, SpeedConfig, chosen_lr, seed_runs
 from clover2.research.verdicts import Cell, bootstrap, compare, holm, secondary_verdict
 from clover2.training.tasks import load_task
@@ -101,17 +104,15 @@ def measure(experiment: Experiment) -> pd.DataFrame:
     arch = {arm: experiment.lab.draft_config(design.arms[arm].variant).arch for arm, _ in drafts}
     decode = DecodeConfig(max_new_tokens=design.max_new_tokens, timed=True)  # greedy, eager engine: the fp32 exact path
     fit_config = replace(experiment.lab.profile.bench.fit, max_new_tokens=design.max_new_tokens)
-    # what an interrupted stage keeps (committed with the results), for this CPU model, these drafts, these
-    # settings and this layout of its files: another key starts over
-    key = stable_hash([WORK_FORMAT, machine()["cpu_name"], sorted(kept.timed_weights_sha256), asdict(config),
-                       design.max_new_tokens])
+    threads, using = torch.get_num_threads(), config.threads or len(os.sched_getaffinity(0))
+    key = work_key(using, dict(zip(kept.draft, kept.timed_weights_sha256)), config, design.max_new_tokens, prompts,
+                   records)
     work = experiment.lab.results / "speed-cpu-work"
     if not (work / f"key-{key}").exists():
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir(parents=True)
         (work / f"key-{key}").touch()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(config.threads or len(os.sched_getaffinity(0)))
+    torch.set_num_threads(using)
     try:
         target, curve, kernel_check = stage_kernels(experiment.lab.target, config.kernels, work)
         models = {key: load_draft(folder, target) for key, folder in folders.items()}  # at float precision
@@ -158,6 +159,15 @@ def measure(experiment: Experiment) -> pd.DataFrame:
         write_json(tmp / "env.json", env)
     shutil.rmtree(work)  # written: nothing left to resume (the drafts and their record stay)
     return out
+
+
+def work_key(threads: int, weights: dict[str, str], config: SpeedConfig, max_new_tokens: int,
+             prompts: list[tuple[str, list[int]]], records: Sequence[PromptRecord]) -> str:
+    """What an interrupted stage's kept work is for: this CPU model and size, these threads, drafts (by folder),
+    settings, prompts and calibration prompts, the timed code and this layout of its files; another starts over."""
+    return stable_hash([WORK_FORMAT, machine()["cpu_name"], os.cpu_count(), threads, weights, asdict(config),
+                        max_new_tokens, prompts, [asdict(r) for r in records],
+                        code_version("decoding", "drafts", "measure")])
 
 
 def stage_kernels(target: Target, mode: str, work: Path) -> tuple[Target, pd.DataFrame, dict]:
@@ -407,7 +417,13 @@ def evaluate(methods: list[Method], prompts: dict[int, list[int]], categories: d
     kept = {name: pd.read_csv(work / name) if work is not None and (work / name).exists() else pd.DataFrame()
             for name in names}
     done = set(kept["timings.partial.csv"].get("prompt", []))
+    kept = {name: df[df.prompt.isin(done)] if len(df) else df for name, df in kept.items()}  # a chunk cut short
+    # between its writes leaves no rows
     todo = [p for p in prompts if p not in done]
+    if done and any(m.memories for m in methods):  # what the drafters remember, as the finished prompts left it
+        print(f"resuming the evaluation after {len(done)} prompts: the methods that remember earlier prompts run "
+              f"on them again, untimed", flush=True)
+        _remember(methods, [prompts[p] for p in prompts if p in done])
     position = {p: i for i, p in enumerate(prompts)}  # the design of the methods' orders runs on across chunks
     for start in range(0, len(todo), CHUNK):
         chunk = {p: prompts[p] for p in todo[start:start + CHUNK]}
@@ -437,7 +453,10 @@ def _timed_alone(methods: list[Method], prompts: dict[int, list[int]], categorie
     """`interleaved`, each prompt during which other processes took more than `contended_share` of the machine
     (`other_load`, measured per prompt) timed again once, on its own in its place in the design: the timings,
     and the first timings of the prompts taken again (else None). A prompt still contended the second time is
-    kept, its load recorded."""
+    kept, its load recorded. What the drafters remember across prompts (the suffix cache) is, for each prompt
+    timed again, as its first timing found it (not yet holding its own answer), and afterwards as the first
+    timings left it."""
+    before = _snapshot(methods)
     runs = interleaved(methods, prompts, categories=categories, order_from=order_from)
     order = list(prompts)
     loads = runs.groupby("prompt").other_load.first()
@@ -446,11 +465,35 @@ def _timed_alone(methods: list[Method], prompts: dict[int, list[int]], categorie
         return runs, None
     warnings.warn(f"other processes took more than {contended_share:.0%} of the machine during {len(again)} "
                   f"prompt(s) of {what}: timing them again, once", stacklevel=3)
-    redone = pd.concat([interleaved(methods, {p: prompts[p]}, categories=categories,
-                                    order_from=order_from + order.index(p)) for p in again], ignore_index=True)
+    after, redone = _snapshot(methods), []
+    for p in again:
+        _restore(before)
+        _remember(methods, [prompts[q] for q in order[:order.index(p)]])
+        redone.append(interleaved(methods, {p: prompts[p]}, categories=categories,
+                                  order_from=order_from + order.index(p)))
+    _restore(after)
+    redone = pd.concat(redone, ignore_index=True)
     kept = pd.concat([runs[~runs.prompt.isin(again)], redone], ignore_index=True)
     kept = kept.sort_values("prompt", key=lambda p: p.map(order.index), kind="stable").reset_index(drop=True)
     return kept, runs[runs.prompt.isin(again)].reset_index(drop=True)
+
+
+def _snapshot(methods: list[Method]) -> list[tuple[Memory, dict]]:
+    return [(memory, memory.snapshot()) for m in methods for memory in m.memories]
+
+
+def _restore(saved: list[tuple[Memory, dict]]) -> None:
+    for memory, state in saved:
+        memory.restore(state)
+
+
+def _remember(methods: list[Method], prompts: list[list[int]]) -> None:
+    """Each method that remembers across prompts run on `prompts` in turn, untimed: what it remembers as their
+    timing would have left it (each method's memory is its own)."""
+    for ids in tqdm(prompts, desc="remembering", unit="prompt", disable=len(prompts) < 2):
+        for m in methods:
+            if m.memories:
+                m.run(ids)
 
 
 def near_ties(runs: pd.DataFrame, where: str, prompts: dict[int, list[int]], target: Target | None,
