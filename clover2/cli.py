@@ -438,7 +438,7 @@ def _study(args):
 
     from clover2.files import write_csv
     from clover2.measure.provenance import commit, machine
-    from clover2.research.design import Experiment
+    from clover2.research.design import Experiment, steps_left
     from clover2.research.lab import Lab
 
     # stock kernels: the study's replays give the same tokens on every machine and session it spans
@@ -475,7 +475,7 @@ def _study(args):
     print(table.to_string(index=False))
     left = table[table.state != "done"]
     hours, unpriced = experiment.hours_left(table)
-    print(f"{len(table) - len(left)} of {len(table)} runs done; {int(left.steps.sum())} training steps left "
+    print(f"{len(table) - len(left)} of {len(table)} runs done; {int(steps_left(left).sum())} training steps left "
           f"(+ {int(left.steps.isna().sum())} runs whose rate is not chosen yet), about {hours:.1f} h of training at "
           f"this CPU's pace so far" + (f" ({', '.join(unpriced)} not trained yet: not counted)" if unpriced else "")
           + f"; {int((table.to_replay != '').sum())} runs to replay")

@@ -18,7 +18,8 @@ from test_training import fake_data
 from clover2.drafts.checkpoint import load_draft, probe
 from clover2.errors import Clover2Error
 from clover2.profiles import load_profile
-from clover2.research.design import Arm, DesignConfig, Experiment, chosen_lr, decay_start, dev_measure, grid, plan
+from clover2.research.design import (Arm, DesignConfig, Experiment, chosen_lr, decay_start, dev_measure, grid, plan,
+                                     steps_left)
 from clover2.research.lab import Lab
 from clover2.research.verdicts import analyze, page
 
@@ -323,3 +324,5 @@ def test_the_status_prices_the_training_left_at_this_cpus_pace():
     hours, unpriced = Experiment.hours_left(stub, table)
     # c2: 300 steps left, and 30 of its branch's 60 (from 240), at 2 s; np: 600 at c2's 2 s; m: not priced
     assert hours == pytest.approx((300 + 30 + 600) * 2.0 / 3600) and unpriced == ["m"]
+    left = steps_left(table)  # what `clover2 study status` says is left: the same steps, a done run none
+    assert left.tolist()[:5] == [300, 30, 0, 600, 600] and math.isnan(left.iloc[5])

@@ -753,9 +753,16 @@ class Experiment:
         its checkpoint holds counted from there; and the arms it cannot price. Replays and the speed stage come on
         top."""
         left, pace = table[(table.state != "done") & table.steps.notna()], self.pace()
-        steps = left.steps - (left.reached - (left.budget - left.steps)).clip(lower=0)  # a branch starts at
-        priced = left.arm.isin(pace.index)  # budget - steps
+        steps = steps_left(left)
+        priced = left.arm.isin(pace.index)
         return float((steps[priced] * left.arm[priced].map(pace)).sum() / 3600), sorted(set(left.arm[~priced]))
+
+
+def steps_left(table: pd.DataFrame) -> pd.Series:
+    """The training steps each run of `table` (`Experiment.status`'s) still needs, counted from its checkpoint
+    (a branch starts at budget - steps); NaN for a run whose rate is not chosen yet."""
+    todo = table.steps.where(table.state != "done", 0)
+    return todo - (table.reached - (table.budget - table.steps)).clip(lower=0).where(table.state != "done", 0)
 
 
 ELSEWHERE = "waits for another CPU kind"  # the state of a replicate on the CPU kind that trained its original
