@@ -18,8 +18,17 @@ from test_training import fake_data
 from clover2.drafts.checkpoint import load_draft, probe
 from clover2.errors import Clover2Error
 from clover2.profiles import load_profile
-from clover2.research.design import (Arm, DesignConfig, Experiment, chosen_lr, decay_start, dev_measure, grid, plan,
-                                     steps_left)
+from clover2.research.design import (
+    Arm,
+    DesignConfig,
+    Experiment,
+    chosen_lr,
+    decay_start,
+    dev_measure,
+    grid,
+    plan,
+    steps_left,
+)
 from clover2.research.lab import Lab
 from clover2.research.verdicts import analyze, page
 
