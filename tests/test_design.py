@@ -262,7 +262,7 @@ def test_a_sitting_stopped_by_sigterm_is_logged(tmp_path, monkeypatch):
     smoke = load_profile("smoke")
     prof = replace(smoke, train=replace(smoke.train, schedule="wsd"), design=DESIGN)
     experiment = Experiment(_Lab(profile=prof, target=tiny_target("llama"), results=tmp_path))
-    monkeypatch.setattr(Experiment, "next_step", lambda self: os.kill(os.getpid(), signal.SIGTERM) or True)
+    monkeypatch.setattr(Experiment, "next_step", lambda self, timing: os.kill(os.getpid(), signal.SIGTERM) or True)
     handler = signal.getsignal(signal.SIGTERM)
     with pytest.raises(SystemExit):
         experiment.run()
@@ -279,7 +279,7 @@ def test_a_sitting_killed_outright_leaves_its_row_as_of_its_last_step(tmp_path, 
     experiment = Experiment(_Lab(profile=prof, target=tiny_target("llama"), results=tmp_path))
     steps = iter([True, True])
 
-    def step(self):
+    def step(self, timing):
         if next(steps, None) is None:
             raise BaseException("killed")  # nothing after this runs in a real kill: the finally's row is dropped
         return True
