@@ -193,11 +193,16 @@ def test_the_speed_claims_in_their_cpu_form_reach_the_front_page_once_timed(tmp_
     from clover2.research.claims import study_claims
 
     results = _copy(tmp_path)
+    shutil.rmtree(results / "study" / "speed-cpu", ignore_errors=True)
+    assert "speeds so far seed 0's, over prompts" in markdown(results)  # under the table: what it compares
     (results / "study" / "speed-cpu").mkdir(parents=True, exist_ok=True)
     pd.DataFrame({"claim": ["C1", "C2"], "comparison": ["clover2 / plain decoding", "clover2 / eagle1"],
                   "ratio": [1.18, 0.94], "lo": [1.11, 0.92], "hi": [1.26, 0.98], "p": [0.001, 0.002],
                   "p_holm": [0.002, 0.004], "verdict": ["faster", "slower"], "seeds": ["5", "5 vs 5"],
                   "prompts": [131, 131]}).to_csv(results / "study" / "speed-cpu" / "claims.csv", index=False)
+    said = markdown(results)
+    assert "tokens per step and this CPU's speeds compared over seeds and prompts" in said
+    assert "so far seed 0's" not in said
     found = {c.claim: c for c in study_claims(results)}
     faster = found["Clover-2 (this project's value gain, a departure from the paper) decodes faster on this CPU "
                    "than plain decoding"]

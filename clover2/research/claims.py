@@ -608,7 +608,12 @@ def markdown(results: Path) -> str:
     lines += ["```", "", "```{container} claims", "",  # its columns' widths: _static/verdict.css
               "| the paper's claim | the paper | this book | status |", "|---|---|---|---|"]
     lines += [f"| {c.claim} | {c.paper} | {c.here} ({{doc}}`source <{c.page}>`) | **{c.status}** |" for c in rows]
-    lines += ["```"]
+    timed = not _read(results / "study" / "speed-cpu" / "claims.csv").empty
+    lines += ["```", "", "Generated from the result tables: tokens per step " + (
+        "and this CPU's speeds compared over seeds and prompts, by rules fixed before the runs ({doc}`protocol`); "
+        "the advice below, seed 0's speeds over prompts" if timed else
+        "compared over seeds and prompts, by rules fixed before the runs ({doc}`protocol`); speeds so far seed 0's, "
+        "over prompts") + "; terms: {doc}`glossary`."]
     return link_first_uses("\n".join(lines)) + "\n"
 
 
