@@ -292,6 +292,7 @@ def test_the_stage_keeps_its_kernel_plan_and_each_arms_calibration_for_a_resumed
     monkeypatch.setattr(speed, "with_kernels", lambda *a, **kw: pytest.fail("measured again on a resume"))
     again, curve2, check2 = speed.stage_kernels(target, "auto", tmp_path)
     assert again.kernel_plan.kernels == first.kernel_plan.kernels and check2 == check
+    assert again.kernel_plan.buckets == first.kernel_plan.buckets
     assert again.kernel_record()["timings"] == first.kernel_record()["timings"] and again.kernels == "auto"
     pd.testing.assert_frame_equal(curve2, pd.read_csv(tmp_path / "cost_curve.csv"))
     assert target.kernel_plan.kernels == ("stock",) * len(target.kernel_plan.kernels)  # the study's own: untouched

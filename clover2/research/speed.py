@@ -179,13 +179,15 @@ def stage_kernels(target: Target, mode: str, work: Path) -> tuple[Target, pd.Dat
     staged = replace(target, model=copy.deepcopy(target.model))
     if mode == "auto" and (work / "kernels.json").exists():
         kept = json.loads((work / "kernels.json").read_text())
-        install(staged.model, KernelPlan(tuple(kept["kernels"]), source="measured at the stage's start"))
+        install(staged.model, KernelPlan(tuple(kept["kernels"]), tuple(kept["buckets"]),
+                                         source="measured at the stage's start"))
         staged.model.kernel_timings = kept["timings"]
         return replace(staged, kernels=mode), pd.read_csv(work / "cost_curve.csv"), kept["check"]
     staged = with_kernels(staged, mode, fresh=mode == "auto")
     curves, check = checked_cost_curves(staged, ["eager"])
     write_csv(work / "cost_curve.csv", curves["eager"])
-    write_json(work / "kernels.json", {"kernels": list(staged.kernel_plan.kernels), "check": check,
+    write_json(work / "kernels.json", {"kernels": list(staged.kernel_plan.kernels),
+                                       "buckets": list(staged.kernel_plan.buckets), "check": check,
                                        "timings": getattr(staged.model, "kernel_timings", [])})
     return staged, curves["eager"], check
 
