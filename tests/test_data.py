@@ -268,35 +268,6 @@ def test_held_out_set_answers_each_tasks_dev_prompts(tiny, tmp_path, monkeypatch
     assert json.loads((tmp_path / "train" / "meta.json").read_text())["answer_tokens_per_s"] > 0
 
 
-def test_a_machine_without_the_data_labels_the_kept_answers_without_answering_again(tiny, tmp_path, monkeypatch):
-    """The target's answers, kept in a small file beside the data (`keep_answers`), let another machine make the
-    same data (the same hash) with only the labelling; a file for another config is not used, and is written anew."""
-    import clover2.training.data as data_module
-
-    chat = [[{"role": "user", "content": f"question {i}"}, {"role": "assistant", "content": f"answer {i}"}]
-            for i in range(30)]
-    _char_chat(tiny, monkeypatch)
-    config = DataConfig(tokens=60, conversations=3, max_tokens=24, pack_tokens=48, max_new_tokens=4,
-                        shard_conversations=2, top_k=4)
-    answers = tmp_path / "answers" / "data.npz"
-    first = prepare_data(tiny, chat, tmp_path / "a", config, answers=answers)
-    assert answers.exists()
-    real, calls = data_module._generate_batch, []
-    monkeypatch.setattr(data_module, "_generate_batch", lambda *a: calls.append(1) or real(*a))
-    again = prepare_data(tiny, chat, tmp_path / "b", config, answers=answers)
-    assert again["hash"] == first["hash"] and not calls  # labelled, not answered
-    for shard in sorted((tmp_path / "a").glob("shard_*")):
-        for a in (*ARRAYS, "offsets"):
-            assert np.array_equal(np.load(shard / f"{a}.npy"), np.load(tmp_path / "b" / shard.name / f"{a}.npy"))
-    other = replace(config, max_new_tokens=3)
-    stamp = answers.stat().st_mtime_ns
-    prepare_data(tiny, chat, tmp_path / "c", other, answers=answers)
-    assert calls and answers.stat().st_mtime_ns != stamp  # answered, and the file is now this config's
-    calls.clear()
-    prepare_data(tiny, chat, tmp_path / "d", other, answers=answers)
-    assert not calls
-
-
 def test_the_target_answers_again_the_corpus_conversations_first_prompts(tiny, tmp_path, monkeypatch):
     """The self part's ShareGPT prompts are the corpus part's first ones, in the same seeded order,
     each cut to its own window (`corpus_max_tokens` for the corpus, `max_tokens` for the answers)."""

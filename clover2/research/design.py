@@ -418,12 +418,6 @@ class Experiment:
         return self.data_dir.with_name(self.data_dir.name.replace("data-", "eval-", 1))
 
     @property
-    def answers_dir(self) -> Path:
-        """The target's answers in the study's data, committed with the results (`Lab.prepare_data`): a machine
-        that lost the cache labels them again without answering again."""
-        return self.lab.results / "answers"
-
-    @property
     def root(self) -> Path:
         """The runs' folders: keyed by the profile and the data."""
         return self.data_dir.with_name(self.data_dir.name.replace("data-", "runs-", 1))
@@ -554,7 +548,7 @@ class Experiment:
             if run.parent is not None and start is None:
                 print(f"{run.name}: {run.parent.name}'s state at step {run.parent_step} is gone; training from step 0",
                       flush=True)
-            self.lab.prepare_data(self.data_dir, self.eval_dir, answers=self.answers_dir)
+            self.lab.prepare_data(self.data_dir, self.eval_dir)
             train(self.lab.target, self.data_dir, out, draft_config, recipe, eval_dir=self.eval_dir,
                   start_from=start)
         if record:

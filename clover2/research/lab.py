@@ -193,22 +193,17 @@ class Lab:
                            "code": code_version("decoding", "drafts", "training")})
         return cache_root() / "drafts" / self.profile.name / f"{variant}-{key}"
 
-    def prepare_data(self, data_dir: Path | None = None, eval_dir: Path | None = None, *,
-                     answers: Path | None = None) -> dict:
+    def prepare_data(self, data_dir: Path | None = None, eval_dir: Path | None = None) -> dict:
         """The training data (ShareGPT conversations as they are and/or the target's own answers, each
         labelled by the target) and the held-out set (its own answers to prompts never trained on), both cleared of
         every benchmark task's prompts and answers, into `data_dir` and `eval_dir` (default: the cache's,
-        keyed by their code too). Resumes; instant when done. `answers`: a folder where the target's answers are
-        kept (`clover2.training.data.keep_answers`: data.npz and eval.npz), so that another machine labels them
-        without answering again."""
+        keyed by their code too). Resumes; instant when done."""
         data_dir, eval_dir = data_dir or self.data_dir, eval_dir or self.eval_dir
         if complete_meta(eval_dir) and complete_meta(data_dir):
             return complete_meta(data_dir)
         training, held = split_corpus(sharegpt_conversations(), benchmark_texts())
-        prepare_data(self.target, held, eval_dir, self.profile.data.held_out_set(),
-                     answers=answers / "eval.npz" if answers else None)
-        return prepare_data(self.target, training, data_dir, self.profile.data,
-                            answers=answers / "data.npz" if answers else None)
+        prepare_data(self.target, held, eval_dir, self.profile.data.held_out_set())
+        return prepare_data(self.target, training, data_dir, self.profile.data)
 
     def draft(self, variant: str) -> Path:
         """The trained draft of `variant`, training it first if needed (resumes an interrupted run).

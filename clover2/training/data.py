@@ -141,11 +141,9 @@ def _lines(texts, min_chars: int) -> set[str]:
 
 
 def prepare_data(target: Target, corpus: list[list[dict]], out: Path, config: DataConfig,
-                 *, rank: int = 0, world: int = 1, answers: Path | None = None) -> dict:
+                 *, rank: int = 0, world: int = 1) -> dict:
     """Label (or finish labelling) the data set in `out` from `corpus` (conversations of chat
-    messages); shards are split across `world` ranks. `answers`: a file of the target's answers kept from an
-    earlier machine (`keep_answers`): a `self` shard it holds is labelled from them rather than answered again,
-    the slower half of the work (a different target or config: answered, and the file written anew)."""
+    messages); shards are split across `world` ranks."""
     out = Path(out)
     meta_path = out / "meta.json"
     identity = target.identity()
@@ -170,63 +168,17 @@ def prepare_data(target: Target, corpus: list[list[dict]], out: Path, config: Da
         write_json(meta_path, {"target": identity, "config": asdict(config), "complete": False,
                                "fused_layers": list(_fused(target, config))})
     todo = [k for k in range(rank, n_shards, world) if not (out / f"shard_{k:05d}").exists()]
-    kept = _kept_answers(answers, target, config)
     for k in tqdm(todo, desc=f"data shards (rank {rank})", unit="shard"):
         source, category, part = shards[k]
         start = time.perf_counter()
-        if source != "corpus" and k in kept:
-            convs = kept[k]  # answered on an earlier machine: only the labelling is left
-        else:
-            convs = [conversation_ids(target, c) for c in part] if source == "corpus" else \
-                _answered(target, part, config)
+        convs = [conversation_ids(target, c) for c in part] if source == "corpus" else _answered(target, part, config)
         keep = config.corpus_window if source == "corpus" else config.max_tokens
         convs = [(ids[:keep], mask[:keep]) for ids, mask in convs]
         _write_shard(out / f"shard_{k:05d}", target, convs, config, source=source, category=category,
                      seconds=time.perf_counter() - start)
     if rank != 0:
         return {}
-    meta = finalize(out, n_shards)
-    if answers is not None and len(kept) < sum(source != "corpus" for source, _, _ in shards):
-        keep_answers(out, answers, target, config)
-    return meta
-
-
-def _answers_key(target: Target, config: DataConfig) -> str:
-    return stable_hash({"target": target.identity(), "config": asdict(config)})
-
-
-def keep_answers(folder: Path, path: Path, target: Target, config: DataConfig) -> None:
-    """The token ids and answer masks of every `self` shard of the finished data in `folder`, written to `path`
-    (a compressed .npz, small beside the data, keyed by the target and the data config): what `prepare_data`
-    needs to label them again on another machine without answering again."""
-    arrays = {"key": np.asarray(_answers_key(target, config))}
-    for shard in sorted(Path(folder).glob("shard_*")):
-        if json.loads((shard / "stats.json").read_text())["source"] == "corpus":
-            continue
-        k = int(shard.name.removeprefix("shard_"))
-        for a in ("ids", "response", "offsets"):
-            arrays[f"{a}_{k}"] = np.load(shard / f"{a}.npy")
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(path) as tmp:
-        with open(tmp, "wb") as f:
-            np.savez_compressed(f, **arrays)
-
-
-def _kept_answers(path: Path | None, target: Target, config: DataConfig) -> dict[int, list[tuple[list[int],
-                                                                                                   list[bool]]]]:
-    """The conversations `keep_answers` wrote to `path`, by shard, if they are this target's under this config."""
-    if path is None or not Path(path).exists():
-        return {}
-    with np.load(path) as f:
-        if str(f["key"]) != _answers_key(target, config):
-            return {}
-        out = {}
-        for name in f.files:
-            if name.startswith("offsets_"):
-                k = int(name.removeprefix("offsets_"))
-                ids, response, offsets = f[f"ids_{k}"], f[f"response_{k}"], f[name]
-                out[k] = [(ids[a:b].tolist(), response[a:b].tolist()) for a, b in zip(offsets[:-1], offsets[1:])]
-        return out
+    return finalize(out, n_shards)
 
 
 def complete_meta(folder: Path) -> dict | None:
