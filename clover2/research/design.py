@@ -482,7 +482,7 @@ class Experiment:
         if not (self.speed_dir / "bench.csv").exists():
             self.speed()
             return True
-        if self.design.speed_claims is not None and not (self.speed_claims_dir / "claims.csv").exists():
+        if self.timing_left:
             from clover2.research.speed import measure, prepare_next  # they read this module's plan: imported here
 
             if prepare_next(self):  # first every timed draft kept with the results, one a step (training)
@@ -491,6 +491,11 @@ class Experiment:
                 measure(self)  # then the speed claims: they need the machine alone and every seed's draft
             return timing
         return False
+
+    @property
+    def timing_left(self) -> bool:
+        """Whether the design's speed claims are still to be timed (`clover2.research.speed`)."""
+        return self.design.speed_claims is not None and not (self.speed_claims_dir / "claims.csv").exists()
 
     def elsewhere(self, run: Run) -> bool:
         """Whether a replicate waits for another CPU kind: the one that trained its original is this one."""
@@ -526,8 +531,7 @@ class Experiment:
             log("running")  # a process killed outright (SIGKILL, a machine stopped) leaves its last step's row
             while self.next_step(timing=timing):
                 log("running")
-            timed = self.design.speed_claims is None or (self.speed_claims_dir / "claims.csv").exists()
-            ended = "finished" if timed else "before the timing"
+            ended = "before the timing" if self.timing_left else "finished"
         finally:
             if previous is not None:
                 signal.signal(signal.SIGTERM, previous)
@@ -755,8 +759,8 @@ class Experiment:
 def steps_left(table: pd.DataFrame) -> pd.Series:
     """The training steps each run of `table` (`Experiment.status`'s) still needs, counted from its checkpoint
     (a branch starts at budget - steps); NaN for a run whose rate is not chosen yet."""
-    todo = table.steps.where(table.state != "done", 0)
-    return todo - (table.reached - (table.budget - table.steps)).clip(lower=0).where(table.state != "done", 0)
+    left = table.steps - (table.reached - (table.budget - table.steps)).clip(lower=0)
+    return left.where(table.state != "done", 0)
 
 
 ELSEWHERE = "waits for another CPU kind"  # the state of a replicate on the CPU kind that trained its original

@@ -419,8 +419,8 @@ def evaluate(methods: list[Method], prompts: dict[int, list[int]], categories: d
     kept = {name: pd.read_csv(work / name) if work is not None and (work / name).exists() else pd.DataFrame()
             for name in names}
     done = set(kept["timings.partial.csv"].get("prompt", []))
-    kept = {name: df[df.prompt.isin(done)] if len(df) else df for name, df in kept.items()}  # a chunk cut short
-    # between its writes leaves no rows
+    # a chunk cut short between its writes leaves no rows
+    kept = {name: df[df.prompt.isin(done)] if len(df) else df for name, df in kept.items()}
     todo = [p for p in prompts if p not in done]
     if done and any(m.memories for m in methods):  # what the drafters remember, as the finished prompts left it
         print(f"resuming the evaluation after {len(done)} prompts: the methods that remember earlier prompts run "
