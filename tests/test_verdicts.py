@@ -68,17 +68,17 @@ def test_a_bound_at_one_within_resampling_error_gives_both_readings_of_the_rule(
     claimed = 0.03, 0.01, 0.05  # the margin, the paper's smallest and largest claimed gains
     assert reason(0.974, 0.995, *claimed) == "the rival ahead"
     assert reason(0.974, 0.995, *claimed, rival="EAGLE-1") == "EAGLE-1 ahead"  # the rival named where known
-    assert reason(0.974, 0.9997, *claimed) == ("the rival ahead (its upper bound is 1 within the bootstrap's "
-                                               "resampling error: just above 1 it would read equivalent within 3%, "
-                                               "the paper's smallest gain excluded)")
+    assert reason(0.974, 0.9997, *claimed) == ("the rival ahead (its upper bound lies within the bootstrap's "
+                                               "resampling error of 1: had it fallen just above 1, the rule would "
+                                               "read equivalent within 3%, the paper's smallest gain excluded)")
     assert reason(0.974, 1.0003, *claimed, rival="EAGLE-1") == (
-        "equivalent within 3%, the paper's smallest gain excluded (its upper bound is 1 within the bootstrap's "
-        "resampling error: just below 1 it would read EAGLE-1 ahead)")
-    assert reason(1.0004, 1.04, *claimed) == ("Clover-2 ahead (its lower bound is 1 within the bootstrap's "
-                                              "resampling error: just below 1 it would read inconclusive at this "
-                                              "power)")
+        "equivalent within 3%, the paper's smallest gain excluded (its upper bound lies within the bootstrap's "
+        "resampling error of 1: had it fallen just below 1, the rule would read EAGLE-1 ahead)")
+    assert reason(1.0004, 1.04, *claimed) == ("Clover-2 ahead (its lower bound lies within the bootstrap's "
+                                              "resampling error of 1: had it fallen just below 1, the rule would "
+                                              "read inconclusive at this power)")
     assert reason(1.0004, 1.02, *claimed).startswith("Clover-2 ahead (its lower bound")
-    assert reason(1.0004, 1.02, *claimed).endswith("it would read equivalent within 3%)")
+    assert reason(1.0004, 1.02, *claimed).endswith("the rule would read equivalent within 3%)")
 
 
 def test_clover2_ahead_says_where_its_interval_lies_against_the_papers_claimed_gains():

@@ -47,15 +47,17 @@ from clover2.research.verdicts import (
     superseded,
 )
 
-STATUSES = ("reproduced", "equivalent within the margin", "not reproduced", "inconclusive", "not testable here",
-            "not decided yet", "cut for machine time")
+# "no difference shown": a secondary comparison's own rule (Holm-adjusted p at 5%) found neither side ahead;
+# "inconclusive": a claim whose rule left it open otherwise (a primary comparison short of its power, the parts)
+STATUSES = ("reproduced", "equivalent within the margin", "not reproduced", "no difference shown", "inconclusive",
+            "not testable here", "not decided yet", "cut for machine time")
 NAMES = {"clover2-official": "Clover-2 (official recipe)", "clover2": "Clover-2 (this project's value gain)",
          "eagle1": "EAGLE-1", "eagle3": "EAGLE-3", "medusa": "Medusa-1", "clover1": "Clover-1"}
 # the arms that depart from the paper's recipe, and how: the front page names the departure wherever they appear
 DEPARTURES = {"clover2": "this project's value gain"}
 # a rival built short of its paper's recipe: said beside every comparison with it (the limitations page says why)
-REDUCED = {"eagle3": "EAGLE-3 reduced: no LM head of its own, this study's data",
-           "medusa": "Medusa-1 reduced: the target's LM head, frozen"}
+REDUCED = {"eagle3": "a reduced EAGLE-3: no LM head of its own, trained on this study's data",
+           "medusa": "a reduced Medusa-1: its heads share the target's frozen LM head"}
 # a rival the paper never met: its comparison is this book's question, not the paper's premise
 LATER = {"eagle3": "(not in the paper: EAGLE-3 came after it)"}
 NOT_TESTABLE_COST = 1.5  # a CPU where verifying the paper's 26-token tree costs this many plain steps or more
@@ -100,7 +102,7 @@ def _study_status(verdict: str) -> str:
         return "equivalent within the margin"
     if verdict.startswith("not reproduced") or verdict in ("behind", "slower", PART_HURTS):
         return "not reproduced"
-    return "inconclusive"
+    return "no difference shown" if verdict == "no difference shown" else "inconclusive"
 
 
 def _read(path: Path) -> pd.DataFrame:
@@ -453,7 +455,7 @@ def abstract(results: Path, design: DesignConfig | None = None) -> str:
     decided = [r for r in rows.values() if r is not None]
 
     seeds = f" ({_seeds(decided[0].seeds)})" if decided else ""
-    data = f", with 1/{paper.PAPER_ANSWER_TOKENS / tokens:,.0f} of the paper's data" if tokens else ""
+    data = f", with 1/{paper.PAPER_ANSWER_TOKENS / tokens:,.0f} of the paper's training tokens" if tokens else ""
     prompts = f" and {int(decided[0].prompts)} held-out prompts" if decided else ""
     tested = (
         "**In short.** In {dfn}`speculative decoding` a small {term}`draft` model guesses tokens and the "
@@ -491,12 +493,13 @@ def abstract(results: Path, design: DesignConfig | None = None) -> str:
                  + "; ".join(f"{NAMES.get(a, a)} decoded {' and '.join(parts)}" for a, parts in said.items()) + ".")
     if official and all(r is not None and r.verdict != WAITS for r in rows.values()):  # every primary decided
         better = {arm: _study_status(rows[arm].verdict) == "reproduced" for arm in official + departed}
-        what += (f" **For choosing a draft:** Clover-2 as published is "
-                 f"{'better than' if better[official[0]] else 'no better than'} {ref} at this scale and training "
-                 "budget")
+        what += (f" **For choosing a draft:** Clover-2 as published predicts "
+                 f"{'more' if better[official[0]] else 'no more'} tokens per step than {ref} at this scale and "
+                 "training budget")
         for arm in (a for a in departed if better[a] != better[official[0]]):  # a departure that changes the answer
-            what += (f", with the departure {'better' if better[arm] else 'no better'} "
-                     f"({100 * (rows[arm].ratio - 1):+.1f}%)")
+            change = f"{100 * (rows[arm].ratio - 1):+.1f}%"
+            what += (f", but {change} with the departure" if better[arm] else
+                     f", but no more with the departure ({change})")
         fastest = greedy if not greedy.empty else bench[(bench.task == "overall") & (bench.temperature == 0)] \
             if not bench.empty else bench
         if not fastest.empty:
@@ -613,7 +616,9 @@ def markdown(results: Path) -> str:
         "and this CPU's speeds compared over seeds and prompts, by rules fixed before the runs ({doc}`protocol`); "
         "the advice below, seed 0's speeds over prompts" if timed else
         "compared over seeds and prompts, by rules fixed before the runs ({doc}`protocol`); speeds so far seed 0's, "
-        "over prompts") + "; terms: {doc}`glossary`."]
+        "over prompts") + "; intervals 97.5% for the two primary comparisons, 95% for the others, which are "
+        "decided by their Holm-adjusted p (so an interval clear of 1 may still read \"no difference shown\"); "
+        "terms: {doc}`glossary`."]
     return link_first_uses("\n".join(lines)) + "\n"
 
 

@@ -81,9 +81,10 @@ def write_report(experiment: Experiment) -> dict[str, pd.DataFrame]:
     if len(outside):
         rates = outside.groupby(["arm", "lr"]).seed.nunique()
         cpus += (f"; {len(outside)} of these runs are outside the plan as it stands, kept in `runs.csv` and in no "
-                 "comparison (" + ", ".join(f"{arm} at lr {lr:g}, {n} seed{'s' * (n != 1)}"
+                 "current verdict (" + ", ".join(f"{arm} at lr {lr:g}, {n} seed{'s' * (n != 1)}"
                                             for (arm, lr), n in rates.items())
-                 + ": a rate its grid no longer chooses; the learning curve reads those at its own rate)")
+                 + ": a rate its grid no longer chooses; the learning curve and the readings by the protocol's first "
+                 "rules read those)")
     write_csv(results / "status.csv", status)  # the plan's every run and its state: the front page counts it
     downloads = sorted(str(p.relative_to(results)) for p in (*results.glob("*.csv"), *results.glob("speed*/*.csv"),
                                                              *experiment.published().glob("*/draft.*"))

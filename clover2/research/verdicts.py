@@ -143,8 +143,8 @@ def reason(lo: float, hi: float, margin: float, smallest_claim: float, largest_c
             moved = 1 + RESAMPLING if bound < 1 else 1 - RESAMPLING
             other = primary_verdict(*((moved, hi) if name == "lower" else (lo, moved)), margin, smallest_claim)
             if other != said:
-                return (f"{said.split(': ', 1)[-1]} (its {name} bound is 1 within the bootstrap's resampling "
-                        f"error: just {'above' if moved > 1 else 'below'} 1 it would read "
+                return (f"{said.split(': ', 1)[-1]} (its {name} bound lies within the bootstrap's resampling "
+                        f"error of 1: had it fallen just {'above' if moved > 1 else 'below'} 1, the rule would read "
                         f"{other.split(': ', 1)[-1]})").replace("the rival", rival)
     said = said.split(": ", 1)[-1]
     if lo > 1:
