@@ -58,7 +58,10 @@ def test_the_box_names_the_fastest_exact_method_and_its_command(tmp_path):
     assert "the suffix cache with EAGLE-1 (the tree fitted to this machine" in first and "1.43x [1.38, 1.48]" in first
     assert f"`clover2 generate --method suffix+eagle1@dynamic:5:3:8={D}/eagle1`" in first
     assert "Clover-2 (the paper's recipe) 1.15x [1.10, 1.20];" in text
-    assert "1.12x [1.05, 1.20] over the cache alone" in text
+    assert "1.12x [1.05, 1.20] over the suffix cache alone" in text
+    # each way of copying gets its own line of the drafts behind it
+    assert "- **A draft behind prompt lookup** (the draft proposes where there is nothing to copy): Clover-2 (with " \
+        "this project's value gain) 1.20x [1.15, 1.25]." in text
     assert "Against EAGLE-1 on the same prompts, each on its fitted tree: Clover-2 (the paper's recipe) was slower, " \
         "0.92x [0.88, 0.96]." in first  # the pairing named, none left to be "not told apart"
     # a method whose paired interval over the fastest holds 1 is named beside it, one beyond it is not

@@ -210,7 +210,6 @@ def box(results: Path, study_tau: pd.Series | None = None, main_budget: int = 60
         return fitted(greedy, draft, copy)
 
     alone = [(DRAFTS[d], *x) for d in DRAFTS if (x := of(d))]
-    behind = [(DRAFTS[d], *x) for d in DRAFTS if (x := of(d, "suffix"))]
     name = describe(best, env)
     # the exact methods the run could not tell from the fastest: their paired interval over it holds 1
     ties = [m for m in (exact_rows if len(exact_rows) else greedy).sort_values("speedup", ascending=False).index
@@ -230,13 +229,15 @@ def box(results: Path, study_tau: pd.Series | None = None, main_budget: int = 60
         + "; ".join(f"{name} {_speed(r)}" for name, _, r in alone)
         + ". **Copying from the prompt**, no draft: "
         + "; ".join(f"{COPIES[m]} {_speed(greedy.loc[m])}" for m in COPIES if m in greedy.index) + ".")
-    if behind and "suffix" in greedy.index:
-        lines.append("- **A draft behind the suffix cache** (the draft proposes where there is nothing to copy): "
-                     + "; ".join(f"{name} {_speed(r)}" + ("" if (over := _paired(paired, m, "suffix")) is None
-                                                          else f", {_ratio(over)} over the cache alone")
-                                 for name, m, r in behind) + ".")
-    eagle = {copy: x for copy in ("", "suffix") if (x := of("eagle1", copy))}
-    pairs = [(f"{DRAFTS[d]}{' behind the cache' if copy else ''}", r)
+    for copy, words in COPIES.items():  # each way of copying with the drafts behind it, over it alone
+        behind = [(DRAFTS[d], *x) for d in DRAFTS if (x := of(d, copy))]
+        if behind and copy in greedy.index:
+            lines.append(f"- **A draft behind {words}** (the draft proposes where there is nothing to copy): "
+                         + "; ".join(f"{name} {_speed(r)}" + ("" if (over := _paired(paired, m, copy)) is None
+                                                              else f", {_ratio(over)} over {words} alone")
+                                     for name, m, r in behind) + ".")
+    eagle = {copy: x for copy in ("", *COPIES) if (x := of("eagle1", copy))}
+    pairs = [(f"{DRAFTS[d]}{' behind ' + COPIES[copy] if copy else ''}", r)
              for d in ("clover2-official", "clover2") for copy in eagle
              if (x := of(d, copy)) and (r := _paired(paired, x[0], eagle[copy][0])) is not None]
     if pairs:
