@@ -58,17 +58,19 @@ def test_the_box_names_the_fastest_exact_method_and_its_command(tmp_path):
     assert "the suffix cache with EAGLE-1 (the tree fitted to this machine" in first and "1.43x [1.38, 1.48]" in first
     assert f"`clover2 generate --method suffix+eagle1@dynamic:5:3:8={D}/eagle1`" in first
     assert "Clover-2 (the paper's recipe) 1.15x [1.10, 1.20];" in text
-    assert "1.12x [1.05, 1.20] over the suffix cache alone" in text
+    assert "EAGLE-1 1.43x [1.38, 1.48], 1.12x [1.05, 1.20]." in text  # behind the cache, then over it alone
     # each way of copying gets its own line of the drafts behind it
-    assert "- **A draft behind prompt lookup** (the draft proposes where there is nothing to copy): Clover-2 (with " \
-        "this project's value gain) 1.20x [1.15, 1.25]." in text
-    assert "Against EAGLE-1 on the same prompts, each on its fitted tree: Clover-2 (the paper's recipe) was slower, " \
-        "0.92x [0.88, 0.96]." in first  # the pairing named, none left to be "not told apart"
+    assert "- **A draft behind prompt lookup** (the draft proposes where there is nothing to copy; each speed, then " \
+        "its ratio to prompt lookup alone): Clover-2 (with this project's value gain) 1.20x [1.15, 1.25]." in text
+    assert "Against EAGLE-1" not in first  # the page lists every pairing below
     # a method whose paired interval over the fastest holds 1 is named beside it, one beyond it is not
     assert "Not told apart from it on the same prompts (paired, 95%): prompt lookup 1.20x [1.15, 1.25]." in first
     brief = box(tmp_path, study_tau=pd.Series({"clover2-official": 1.67}), brief=True)  # named, their speeds spanned
     assert "Not told apart from it on the same prompts (paired, 95%): prompt lookup (1.20x)." in brief
-    assert "Clover-2 over EAGLE-1**, each on its fitted tree, paired by prompt: Clover-2 (the paper's recipe) " \
+    # the brief counts each Clover-2's settings told apart from EAGLE-1, and which way
+    assert "Against EAGLE-1 on the same prompts (alone and behind each way of copying, each on its fitted tree): " \
+        "Clover-2 (paper's recipe) slower in 1 of 1 (0.92x)." in brief
+    assert "Clover-2 over EAGLE-1**, each on its fitted tree, paired by prompt: Clover-2 (paper's recipe) " \
            "0.92x" in text
     assert "every output equalled" in text and "Test CPU" in text and "a prediction, not measured" in text
     assert "bfloat16" not in text.split("Exact")[0]  # no bf16 run: no bf16 line
@@ -82,12 +84,12 @@ def test_a_differing_output_and_the_bf16_run_are_said(tmp_path):
     assert "only 40%-40% of the speculative outputs equalled bf16 plain decoding's" in text
     assert "the fastest method, EAGLE-1, 1.10x [1.05, 1.15] bf16 plain decoding's speed (float32's fastest: 1.43x " \
            "[1.38, 1.48])" in text
-    assert "(median)" in text and "keep float32 where the output must be plain greedy decoding's" in text
+    assert "(median)" in text and "float32 where the output must be plain greedy decoding's" in text
     assert "On a GPU" not in text
     page = table(tmp_path)  # every method, with its command (D: the published drafts' folder), both runs' files
     assert page.count("| method |") == 1 and "../results/use/bfloat16/bench.csv" in page
-    assert "| Clover-2 (value gain), 25-node tree | `--method clover2@eagle25=D/clover2` |" in page
-    assert "| Clover-2 (value gain), fitted: no draft tokens | `--method ar` |" in page
+    assert "| Clover-2 (value gain), 25-node tree | `clover2@eagle25=D/clover2` |" in page
+    assert "| Clover-2 (value gain), fitted: no draft tokens | `ar` |" in page
 
 
 def test_nothing_faster_than_plain_decoding_says_use_plain_decoding(tmp_path):

@@ -279,8 +279,8 @@ def test_the_abstract_says_what_the_tables_say(tmp_path):
     assert ("Clover-2 accepted 0.990 times EAGLE-1's tokens per step ({term}`interval` [0.980, 1.005]): **not "
             "reproduced**; with one departure from the paper, this project's {term}`value gain`, 1.030 times [1.020, "
             "1.040]: **reproduced**" in text)
-    assert ("Clover-2 as published predicts no more tokens per step than EAGLE-1 at this scale and training budget, "
-            "but +3.0% with the departure" in text)  # a departure that changes the answer is read with it
+    assert ("Clover-2 as published predicts no more tokens per step than EAGLE-1 at this scale and training budget "
+            "(+3.0% with the departure)" in text)  # a departure that changes the answer is read with it
     assert _box(text)[0].startswith("- **Not reproduced**: Clover-2 (official recipe)")
     from clover2.research.verdicts import WAITS
 
@@ -447,11 +447,20 @@ def test_the_fastest_method_names_those_it_was_not_told_apart_from():
     assert _not_told_apart(paired, best) == ""  # ahead of everything
     drafts = [(best, f"suffix+{a}@fitted={a}", 1.04, 0.98, 1.11, 0.0) for a in ("clover2", "eagle1")]
     both = pd.concat([paired, pd.DataFrame(drafts, columns=paired.columns)], ignore_index=True)
-    assert _not_told_apart(both, best) == ", not told apart from a suffix cache backed by any of 2 drafts"
+    assert _not_told_apart(both, best) == "not told apart from a suffix cache backed by any of 2 drafts"
     one = pd.concat([paired, pd.DataFrame([(best, "pld", 1.02, 0.97, 1.08, 0.0)], columns=paired.columns)])
-    assert _not_told_apart(one, best) == (", not told apart from {dfn}`prompt lookup`, which copies from the prompt "
+    assert _not_told_apart(one, best) == ("not told apart from {dfn}`prompt lookup`, which copies from the prompt "
                                           "with no draft")
     assert _not_told_apart(pd.DataFrame(), best) == ""
+    # drafts behind both sources: each draft once, with its sources, each Clover-2 by its folder
+    mixed = [(best, f"{c}+{a}@fitted={f}", 1.0, 0.95, 1.05, 0.0) for c, a, f in
+             (("suffix", "eagle1", "eagle1"), ("pld", "eagle1", "eagle1"), ("suffix", "clover2", "clover2-official"))]
+    assert _not_told_apart(pd.concat([paired, pd.DataFrame(mixed[1:], columns=paired.columns)]), best) == (
+        "not told apart from EAGLE-1 behind prompt lookup or Clover-2 (paper's recipe) behind the suffix cache")
+    assert _not_told_apart(pd.concat([paired, pd.DataFrame(mixed[:2], columns=paired.columns)]), best) == (
+        "not told apart from EAGLE-1 behind the suffix cache or prompt lookup")
+    assert _not_told_apart(pd.concat([paired, pd.DataFrame(mixed, columns=paired.columns)]), best) == (
+        "3 others not told apart from it: below")  # the box below names them
 
 
 def test_the_draft_step_claim_says_what_the_one_token_chain_costs_where_a_cpu_fits_it(tmp_path):
@@ -464,9 +473,13 @@ def test_the_draft_step_claim_says_what_the_one_token_chain_costs_where_a_cpu_fi
 
     design = DesignConfig.of(load_profile("study"))
     shutil.copytree(RESULTS / "use/float32", tmp_path / "use/float32")
-    assert _one_token_draft_steps(tmp_path, design) == ("; more on the 1-token chain CPUs are fitted to: 5.2 (paper's "
-                                                        "recipe), 5.6 (value gain) against 3.5 ms ({doc}`use`)")
     env = json.loads((tmp_path / "use/float32/env.json").read_text())
+    for draft in ("clover2=clover2-official", "clover2=clover2", "eagle1=eagle1"):  # each fitted to the chain
+        env["fitted_trees"][draft]["budget"] = 1
+    (tmp_path / "use/float32/env.json").write_text(json.dumps(env))
+    said = _one_token_draft_steps(tmp_path, design)
+    assert re.fullmatch(r"; (more|less|either) on the 1-token chain CPUs are fitted to: \d+\.\d \(paper's recipe\), "
+                        r"\d+\.\d \(value gain\) against \d+\.\d ms \(\{doc\}`use`\)", said), said
     env["fitted_trees"]["eagle1=eagle1"]["budget"] = 3  # EAGLE-1 fitted to another tree: no like-for-like reading
     (tmp_path / "use/float32/env.json").write_text(json.dumps(env))
     assert _one_token_draft_steps(tmp_path, design) == "" and _one_token_draft_steps(tmp_path / "none", design) == ""

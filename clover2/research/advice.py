@@ -92,6 +92,12 @@ def _capital(text: str) -> str:
     return text[:1].upper() + text[1:]
 
 
+def _span(ratios: list[pd.Series]) -> str:
+    """Paired speed ratios' points as one figure or a range: "0.94x", "0.92-0.93x"."""
+    lo, hi = (f"{v:.2f}" for v in (min(r.speed_ratio for r in ratios), max(r.speed_ratio for r in ratios)))
+    return f"{lo}x" if lo == hi else f"{lo}-{hi}x"
+
+
 def _speed(r: pd.Series) -> str:
     return f"{r.speedup:.2f}x {bracket(r.speedup_lo, r.speedup_hi, 2)}"
 
@@ -104,14 +110,13 @@ def _measured(env: dict, rows: pd.DataFrame) -> str:
 
 
 def _tree_words(method: str, env: dict) -> str:
-    """The tree a method's row ran on, in a few words."""
+    """The tree a method's row ran on, in a few words, where its command does not say it: a tree the method
+    names (a fitted tree's command names the tree chosen), or a fitted tree that drafts nothing."""
     spec, tree = MethodSpec.parse(method), tree_of(method, env)
-    if not spec.arch:
+    if not spec.arch or (spec.tree == "fitted" and tree):
         return ""
-    fitted = "fitted: " if spec.tree == "fitted" else ""
-    return fitted + ("no draft tokens" if not tree else "25-node tree" if tree == "eagle25" else
-                     f"{tree[5:]}-token chain" if tree.startswith("chain") else
-                     f"{tree.split(':')[1]}-node dynamic tree")
+    return ("fitted: no draft tokens" if not tree else "25-node tree" if tree == "eagle25" else
+            f"{tree[5:]}-token chain" if tree.startswith("chain") else f"{tree.split(':')[1]}-node dynamic tree")
 
 
 def table(results: Path) -> str:
@@ -127,11 +132,14 @@ def table(results: Path) -> str:
              f"`{PUBLISHED}`. Speed: the geometric mean over prompts of plain decoding's time over the method's "
              "(not a ratio of median tokens per second), with its 95% bootstrap interval; each command names the "
              "tree fitted here (`@fitted`, below).", "",
-             "| method | `clover2 generate` | tokens per step | speed over plain decoding |", "|---|---|---|---|"]
+             "```{container} speeds", "",
+             "| method | `clover2 generate --method` | tokens per step | speed over plain decoding |",
+             "|---|---|---|---|"]
     lines += [f"| {_capital(short(m))}{', ' + t if (t := _tree_words(m, env)) else ''} | "
-              f"`{command(m, env).replace(PUBLISHED, 'D')}` | "
+              f"`{command(m, env).removeprefix('--method ').replace(PUBLISHED, 'D')}` | "
               f"{'–' if pd.isna(r.tau) else f'{r.tau:.2f}'} | {'1' if m == 'ar' else _speed(r)} |"
               for m, r in rows.iterrows()]
+    lines += ["```"]
     files = [f"{{download}}`{dtype} <../results/use/{dtype}/bench.csv>`" for dtype in ("float32", "bfloat16")
              if (results / "use" / dtype / "bench.csv").exists()]
     lines += ["", "Every row per task, with tokens per second and the share of identical outputs: " + ", ".join(files)
@@ -232,24 +240,29 @@ def box(results: Path, study_tau: pd.Series | None = None, main_budget: int = 60
     for copy, words in COPIES.items():  # each way of copying with the drafts behind it, over it alone
         behind = [(DRAFTS[d], *x) for d in DRAFTS if (x := of(d, copy))]
         if behind and copy in greedy.index:
-            lines.append(f"- **A draft behind {words}** (the draft proposes where there is nothing to copy): "
+            lines.append(f"- **A draft behind {words}** (the draft proposes where there is nothing to copy; each "
+                         f"speed, then its ratio to {words} alone): "
                          + "; ".join(f"{name} {_speed(r)}" + ("" if (over := _paired(paired, m, copy)) is None
-                                                              else f", {_ratio(over)} over {words} alone")
+                                                              else f", {_ratio(over)}")
                                      for name, m, r in behind) + ".")
     eagle = {copy: x for copy in ("", *COPIES) if (x := of("eagle1", copy))}
-    pairs = [(f"{DRAFTS[d]}{' behind ' + COPIES[copy] if copy else ''}", r)
-             for d in ("clover2-official", "clover2") for copy in eagle
+    pairs = [(d, copy, r) for d in ("clover2-official", "clover2") for copy in eagle
              if (x := of(d, copy)) and (r := _paired(paired, x[0], eagle[copy][0])) is not None]
+    if pairs and brief:  # each Clover-2 once: in how many of its settings it was told apart from EAGLE-1, which way
+        said = []
+        for d in dict.fromkeys(d for d, _, _ in pairs):
+            ratios = [r for e, _, r in pairs if e == d]
+            apart = [(how, ones) for how, ones in (("faster", [r for r in ratios if r.speed_ratio_lo > 1]),
+                                                   ("slower", [r for r in ratios if r.speed_ratio_hi < 1])) if ones]
+            said.append(f"{BRIEF[d]} " + (", ".join(f"{how} in {len(ones)} of {len(ratios)} ({_span(ones)})"
+                                                     for how, ones in apart) if apart
+                                          else f"told apart in none of {len(ratios)}"))
+        lines[0] += (" Against EAGLE-1 on the same prompts (alone and behind each way of copying, each on its "
+                     "fitted tree): " + "; ".join(said) + ".")
     if pairs:
-        apart = [(name, r, "faster" if r.speed_ratio_lo > 1 else "slower") for name, r in pairs
-                 if r.speed_ratio_lo > 1 or r.speed_ratio_hi < 1]
-        rest = len(pairs) - len(apart)
-        lines[0] += (" Against EAGLE-1 on the same prompts, each on its fitted tree: "
-                     + "; ".join(f"{name} was {how}, {_ratio(r)}" for name, r, how in apart)
-                     + (f"; the other {rest} pairing{'s' if rest > 1 else ''} not told apart" if apart and rest else
-                        "" if apart else f"none of the {len(pairs)} pairings of Clover-2 with it told apart") + ".")
         lines.append("- **Clover-2 over EAGLE-1**, each on its fitted tree, paired by prompt: "
-                     + "; ".join(f"{name} {_ratio(r)}" for name, r in pairs) + " (above 1: Clover-2 faster).")
+                     + "; ".join(f"{BRIEF[d]}{' behind ' + COPIES[copy] if copy else ''} {_ratio(r)}"
+                                 for d, copy, r in pairs) + " (above 1: Clover-2 faster).")
     if brief:
         return "\n".join(head + [lines[0], "", "Each draft alone and behind a cache, Clover-2 against EAGLE-1, "
                                   "bfloat16 and a GPU's prediction: {doc}`use`. Serving engines run EAGLE-1 and "
@@ -269,9 +282,8 @@ def box(results: Path, study_tau: pd.Series | None = None, main_budget: int = 60
                      f"{_speed(others.loc[fast])} bf16 plain decoding's speed (float32's fastest: "
                      f"{_speed(greedy.loc[best])}); but only {others.identical_frac.min():.0%}-"
                      f"{others.identical_frac.max():.0%} of the speculative outputs equalled bf16 plain "
-                     "decoding's (verifying several tokens at once rounds differently), and bf16 is not float32's "
-                     "model either. Take it where an answer of the model's quality will do; keep float32 where the "
-                     "output must be plain greedy decoding's, token for token.")
+                     "decoding's (verifying several tokens at once rounds differently): take it where an answer of "
+                     "the model's quality will do, float32 where the output must be plain greedy decoding's.")
     tau = study_tau if study_tau is not None else _study_tau(results, main_budget)
     if tau is not None and len(tau):
         lines.append("- **On a GPU** (a prediction, not measured here): the paper's 25-node tree costs about one "

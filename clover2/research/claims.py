@@ -414,27 +414,46 @@ def _method_words(method: str) -> str:
     name = method.split("@")[0]
     copy, _, arch = name.partition("+")
     if arch:
-        return f"{_method_words(copy).split(',')[0]} backed by {advice.BRIEF.get(arch, NAMES.get(arch, arch))}"
+        return f"{_method_words(copy).split(',')[0]} backed by {_draft_words(method)}"
     return {"pld": "{dfn}`prompt lookup`, which copies from the prompt with no draft,",
             "suffix": "a suffix cache, which copies from earlier text with no draft,",
             "tr": "Token Recycling, which reuses the target's past guesses with no draft,",
             "ar": "plain decoding"}.get(name, f"`{method}`")
 
 
+def _draft_words(method: str) -> str:
+    """The published draft a method decodes with, as the lists name it (by its folder: an architecture may have
+    several, e.g. both Clover-2s)."""
+    named = MethodSpec.parse(method).named
+    return advice.BRIEF.get(named, NAMES.get(named, named))
+
+
 def _not_told_apart(paired: pd.DataFrame, best: str) -> str:
     """The methods the fastest was not told apart from on the same prompts (greedy; its paired speed ratio's
-    interval holds 1), in a clause: the drafts behind one copy source as a count."""
+    interval holds 1), in a clause: more than two as a count (the advice box below names them), two drafts
+    behind one copy source as such, else each draft once with the sources it was behind."""
     if paired.empty:
         return ""
     mine = paired[(paired.method == best) & (paired.temperature == 0) & (paired.versus != "ar")]
     tied = list(mine[(mine.speed_ratio_lo <= 1) & (mine.speed_ratio_hi >= 1)].versus)
     if not tied:
         return ""
+    if len(tied) > 2:
+        return f"{len(tied)} others not told apart from it: below"
     sources = {m.split("@")[0].partition("+")[0] for m in tied}
     if len(tied) > 1 and len(sources) == 1 and all("+" in m for m in tied):
         source = _method_words(tied[0]).split(" backed by")[0]
-        return f", not told apart from {source} backed by any of {len(tied)} drafts"
-    return ", not told apart from " + " or ".join(_method_words(m).rstrip(",") for m in tied)
+        return f"not told apart from {source} backed by any of {len(tied)} drafts"
+    behind: dict[str, list[str]] = {}  # a draft's words -> the copy sources it was tied behind
+    alone = []
+    for m in tied:
+        copy, plus, _ = m.split("@")[0].partition("+")
+        if plus:
+            behind.setdefault(_draft_words(m), []).append(advice.COPIES.get(copy, copy))
+        else:
+            alone.append(_draft_words(m) if MethodSpec.parse(m).arch else _method_words(m).rstrip(","))
+    said = [f"{draft} behind {' or '.join(copies)}" for draft, copies in behind.items()] + alone
+    return "not told apart from " + (", or " if any(" or " in x for x in said) else " or ").join(said)
 
 
 def abstract(results: Path, design: DesignConfig | None = None) -> str:
@@ -498,16 +517,15 @@ def abstract(results: Path, design: DesignConfig | None = None) -> str:
                  "training budget")
         for arm in (a for a in departed if better[a] != better[official[0]]):  # a departure that changes the answer
             change = f"{100 * (rows[arm].ratio - 1):+.1f}%"
-            what += (f", but {change} with the departure" if better[arm] else
-                     f", but no more with the departure ({change})")
+            what += f" ({change} with the departure)" if better[arm] else f" (no more with the departure, {change})"
         fastest = greedy if not greedy.empty else bench[(bench.task == "overall") & (bench.temperature == 0)] \
             if not bench.empty else bench
         if not fastest.empty:
             best = fastest.loc[fastest.speedup.idxmax()]
+            tied = _not_told_apart(_read(results / "use" / "float32" / "paired.csv"), best.method) \
+                if not greedy.empty else ""
             what += (f"; on a CPU, {_method_words(best.method)} was the fastest of clover2's methods "
-                     f"({best.speedup:.2f}x)")
-            if not greedy.empty:
-                what += _not_told_apart(_read(results / "use" / "float32" / "paired.csv"), best.method)
+                     f"({best.speedup:.2f}x{', ' + tied if tied else ''})")
         what += "."
     return f"{tested}\n\n{what}"
 
