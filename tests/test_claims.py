@@ -460,7 +460,7 @@ def test_the_fastest_method_names_those_it_was_not_told_apart_from():
     assert _not_told_apart(pd.concat([paired, pd.DataFrame(mixed[:2], columns=paired.columns)]), best) == (
         "not told apart from EAGLE-1 behind the suffix cache or prompt lookup")
     assert _not_told_apart(pd.concat([paired, pd.DataFrame(mixed, columns=paired.columns)]), best) == (
-        "3 others not told apart from it: below")  # the box below names them
+        "3 others not told apart from it")  # the advice box names them
 
 
 def test_the_draft_step_claim_says_what_the_one_token_chain_costs_where_a_cpu_fits_it(tmp_path):

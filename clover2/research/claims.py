@@ -430,7 +430,7 @@ def _draft_words(method: str) -> str:
 
 def _not_told_apart(paired: pd.DataFrame, best: str) -> str:
     """The methods the fastest was not told apart from on the same prompts (greedy; its paired speed ratio's
-    interval holds 1), in a clause: more than two as a count (the advice box below names them), two drafts
+    interval holds 1), in a clause: more than two as a count (the advice box names them), two drafts
     behind one copy source as such, else each draft once with the sources it was behind."""
     if paired.empty:
         return ""
@@ -439,7 +439,7 @@ def _not_told_apart(paired: pd.DataFrame, best: str) -> str:
     if not tied:
         return ""
     if len(tied) > 2:
-        return f"{len(tied)} others not told apart from it: below"
+        return f"{len(tied)} others not told apart from it"
     sources = {m.split("@")[0].partition("+")[0] for m in tied}
     if len(tied) > 1 and len(sources) == 1 and all("+" in m for m in tied):
         source = _method_words(tied[0]).split(" backed by")[0]
