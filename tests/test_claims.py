@@ -307,6 +307,12 @@ def test_the_abstract_says_what_the_tables_say(tmp_path):
     bench.to_csv(results / "cpu/bench/bench.csv", index=False)
     assert ("on a CPU, a suffix cache, which copies from earlier text with no draft, was the fastest of clover2's "
             "methods (1.50x).") in markdown(results)
+    (results / "study" / "speed-cpu").mkdir(parents=True, exist_ok=True)  # timed: the claims' sentence says it
+    pd.DataFrame({"claim": ["C1"], "comparison": ["clover2 / plain decoding"], "ratio": [1.18], "lo": [1.11],
+                  "hi": [1.26], "p": [0.001], "p_holm": [0.002], "verdict": ["faster"], "seeds": ["5"],
+                  "prompts": [131]}).to_csv(results / "study" / "speed-cpu" / "claims.csv", index=False)
+    text = markdown(results).split("```{admonition}")[0]
+    assert "was the fastest" not in text and "decoded 1.18 times as fast as" in text
 
 
 def test_a_term_is_linked_to_the_glossary_where_it_is_first_used():
