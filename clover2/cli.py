@@ -222,7 +222,15 @@ def generate_spec(method: str, *, tree: str | None = None, draft: Path | None = 
     method given no tree either way takes `default_tree` (None: the benchmark's)."""
     from dataclasses import replace
 
-    from clover2.drafts.methods import DEFAULT_TREE, ENGINE_METHODS, HF_METHODS, TREE_METHODS, MethodSpec, parse_tree
+    from clover2.drafts.methods import (
+        DEFAULT_TREE,
+        ENGINE_METHODS,
+        HF_METHODS,
+        TREE_METHODS,
+        MethodSpec,
+        engine_of,
+        parse_tree,
+    )
 
     head, _, path = method.partition("=")
     if "/" in head or "!" in head:
@@ -230,7 +238,8 @@ def generate_spec(method: str, *, tree: str | None = None, draft: Path | None = 
                            "eager engine; write NAME[@TREE][=DRAFT]")
     spec = MethodSpec.parse(method, default_tree=default_tree or DEFAULT_TREE)
     if spec.name in ENGINE_METHODS:
-        raise Clover2Error(f"--method {spec.name}: llama.cpp's methods run in `clover2 bench --llama-cpp PATH`, "
+        raise Clover2Error(f"--method {spec.name}: {engine_of(spec.name)}'s methods run in `clover2 bench "
+                           f"--{engine_of(spec.name).replace('.', '-')} PATH`, "
                            "beside clover2's own")
     if spec.name in HF_METHODS:
         raise Clover2Error(f"--method {spec.name}: Hugging Face generate is the benchmark's reference, not a method "
@@ -264,6 +273,8 @@ def generate_spec(method: str, *, tree: str | None = None, draft: Path | None = 
                                          "(default: $CLOVER2_CACHE/drafts/<profile>)"),
          arg("--llama-cpp", type=Path, help="a llama.cpp source tree with llama-server built: runs the methods "
                                             "llama.cpp, llama.cpp+pld@chainK and llama.cpp+eagle3@chainK=DRAFT"),
+         arg("--openvino", type=Path, help="a Python with openvino-genai and optimum-intel (.ci/openvino makes one): "
+                                           "runs the methods openvino and openvino+pld@chainK"),
          arg("--out", type=Path, required=True, help="folder for bench.csv, runs.csv, env.json"))
 def _bench(args):
     from dataclasses import replace
@@ -275,7 +286,8 @@ def _bench(args):
     split = lambda text: tuple(x.strip() for x in text.split(",") if x.strip())  # noqa: E731
     tasks = split(args.tasks) if args.tasks else (str(args.prompts),) if args.prompts else None
     overrides = {"tasks": tasks, "methods": split(args.methods) if args.methods else None,
-                 "llama_cpp": str(args.llama_cpp) if args.llama_cpp else None}
+                 "llama_cpp": str(args.llama_cpp) if args.llama_cpp else None,
+                 "openvino": str(args.openvino) if args.openvino else None}
     config = replace(profile.bench, **{k: v for k, v in overrides.items() if v is not None})
     target = profile.load_target(adapter=args.adapter, kernels=args.kernels)
     drafts = args.drafts or cache_root() / "drafts" / profile.name

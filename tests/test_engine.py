@@ -166,11 +166,25 @@ def test_the_use_page_table_reads_the_engine_run(tmp_path):
                       "attention": {"": "f32 KV cache, flash attention off", "!defaults": "defaults: f16 KV cache"}}}))
     text = engines(tmp_path)
     row = next(line for line in text.splitlines() if line.startswith("| llama.cpp, EAGLE-3 (the same draft"))
-    # 4 tokens over 2 steps after the first; 1.25x llama.cpp's plain decoding, 2.5x clover2's; the same output
-    assert row.split(" | ")[1:] == ["2.00", "1.25x [1.25, 1.25]", "2.50x [2.50, 2.50]", "100% |"]
-    assert "Some CPU" in text and "abc1234" in text and "3-token chain" in text
+    # 4 tokens over 2 steps after the first; 2.5x clover2's plain decoding, 1.25x llama.cpp's; the same output
+    assert row.split(" | ")[1:] == ["2.00", "2.50x [2.50, 2.50]", "1.25x [1.25, 1.25]", "100% |"]
+    assert "Some CPU" in text and "abc1234" in text and "3-token chain" in text and "OpenVINO" not in text
     assert text.startswith("The same draft accepts 2.000 tokens per step in llama.cpp and 2.000 in clover2 on the "
-                           "3-token chain. llama.cpp's plain decoding runs 2.00x as fast as clover2's, and the fastest "
-                           "method here is llama.cpp, EAGLE-3 (the same draft, converted), 3-token chain, "
-                           "1.25x llama.cpp's plain decoding.")  # fastest by the speed statistic, not tokens/s
+                           "3-token chain. llama.cpp's plain decoding runs 2.00x [2.00, 2.00] as fast as clover2's. "
+                           "The fastest exact method here is llama.cpp, EAGLE-3 (the same draft, converted), 3-token "
+                           "chain, 2.50x clover2's plain decoding and 1.25x its engine's.")  # by the speed statistic
+    # OpenVINO beside them: its plain decoding read against clover2's, its prompt lookup against its own
+    methods += [method("openvino", [1, 2, 3, 4, 5], 0.25, 4),
+                method("openvino+pld@chain3", [1, 2, 3, 4, 6], 0.2, 2, reference="openvino")]
+    runs = interleaved(methods, {"a": [0], "b": [1]})
+    summarize(runs).to_csv(folder / "bench.csv", index=False)
+    paired(runs).to_csv(folder / "paired.csv", index=False)
+    env = json.loads((folder / "env.json").read_text())
+    (folder / "env.json").write_text(json.dumps(env | {"openvino": {"version": "2026.4.1.0"}}))
+    text = engines(tmp_path)
+    assert ("llama.cpp's plain decoding runs 2.00x [2.00, 2.00] as fast as clover2's; OpenVINO GenAI's plain "
+            "decoding runs 4.00x [4.00, 4.00] as fast as clover2's. The fastest exact method here is OpenVINO GenAI, "
+            "prompt lookup, 3-token chain, 5.00x clover2's plain decoding and 1.25x its engine's.") in text
+    assert "OpenVINO GenAI 2026.4.1.0" in text and "| OpenVINO GenAI, prompt lookup, 3-token chain | 2.00 |" in text
+    assert text.splitlines()[-1].endswith("| 0% |")  # its output parted from OpenVINO's plain decoding's
     assert engines(tmp_path / "nowhere").startswith("Not measured yet")

@@ -12,7 +12,8 @@ EAGLE-2's dynamic tree `dynamic:BUDGET:DEPTH:TOPK`, or `fitted` (the dynamic tre
 each copy source's budget, fitted to the machine by `clover2.measure.fit`, benchmark only).
 `llama.cpp`, `llama.cpp+pld@chainK` and `llama.cpp+eagle3@chainK` (benchmark only, greedy) are
 llama.cpp's server: its plain decoding, its prompt lookup and a trained EAGLE-3 draft converted for
-it (`clover2.measure.engine`), with `!defaults` at the engine's own attention numerics. `!ENGINE`
+it (`clover2.measure.engine`); `openvino` and `openvino+pld@chainK` OpenVINO GenAI's plain decoding and
+prompt lookup (`clover2.measure.openvino_engine`); each with `!defaults` at the engine's own numerics. `!ENGINE`
 runs the target (and the draft, where it can) on another engine of `clover2.decoding.cache`:
 `!static` (a preallocated KV cache at bucketed shapes) or `!graphs` (the same, replayed as CUDA
 graphs on a GPU); without it, the eager reference.
@@ -48,9 +49,18 @@ HF_METHODS = ("hf", "hf-pld")  # Hugging Face generate, for reference
 HYBRIDS = {f"{copy}+{arch}": copy for copy in ("pld", "suffix") for arch in ARCHITECTURES}
 UNIONS = tuple(f"union+{arch}" for arch in ARCHITECTURES)  # copying and the draft in one tree
 TREE_METHODS = (*ARCHITECTURES, *HYBRIDS, *UNIONS, "tr")  # the names that take a tree
-# llama.cpp's server (clover2.measure.engine): plain, prompt lookup and EAGLE-3, the last two with a chain
-ENGINE_METHODS = ("llama.cpp", "llama.cpp+pld", "llama.cpp+eagle3")
-ENGINE_DEFAULTS = "defaults"  # `llama.cpp!defaults`: the engine's own attention numerics, not f32
+# other engines' methods, by engine: llama.cpp's server (clover2.measure.engine): plain, prompt lookup and
+# EAGLE-3; OpenVINO GenAI (clover2.measure.openvino_engine): plain and prompt lookup; all but plain with a chain
+ENGINES_ELSEWHERE = {"llama.cpp": ("llama.cpp", "llama.cpp+pld", "llama.cpp+eagle3"),
+                     "openvino": ("openvino", "openvino+pld")}
+ENGINE_METHODS = tuple(name for names in ENGINES_ELSEWHERE.values() for name in names)
+ENGINE_DEFAULTS = "defaults"  # `llama.cpp!defaults`: the engine's own numerics (attention, precision), not f32
+
+
+def engine_of(name: str) -> str:
+    """The engine that runs method `name`: `llama.cpp`, `openvino`, or "" (clover2's own)."""
+    return next((engine for engine, names in ENGINES_ELSEWHERE.items() if name in names), "")
+
 DEFAULT_TREE = "eagle25"  # a draft method's tree where none is written (the benchmark's, as the paper's)
 # The tree `clover2 generate` and `chat` decode with where none is written, by the target's device: the
 # paper's 25-node tree on a GPU, where verifying its 26 tokens costs about one step; on a CPU, where it
@@ -83,7 +93,7 @@ class MethodSpec:
             raise Clover2Error(f"unknown method {name!r} in {spec!r}; known: {', '.join(method_names())}")
         if name in ENGINE_METHODS:
             if bang and engine != ENGINE_DEFAULTS:
-                raise Clover2Error(f"{spec!r}: llama.cpp runs its own engine; after '!' it takes only "
+                raise Clover2Error(f"{spec!r}: {engine_of(name)} runs its own engine; after '!' it takes only "
                                    f"'{ENGINE_DEFAULTS}' (its own attention numerics)")
             return cls._engine(spec, name, tree, temp, path, engine or "eager")
         if bang and engine not in ENGINES[1:]:
@@ -109,19 +119,21 @@ class MethodSpec:
 
     @classmethod
     def _engine(cls, spec: str, name: str, tree: str, temperature: str, path: str, engine: str) -> MethodSpec:
-        """A llama.cpp method: greedy; a chain of K tokens for prompt lookup and EAGLE-3 (default 3, the
-        engine's own default), none for plain decoding; EAGLE-3's trained draft folder after '='; with
-        `!defaults`, the engine's own attention numerics (an f16 KV cache, flash attention) instead of f32."""
+        """Another engine's method (llama.cpp, OpenVINO): greedy; a chain of K tokens for prompt lookup and
+        EAGLE-3 (default 3, llama.cpp's own default), none for plain decoding; EAGLE-3's trained draft folder
+        after '='; with `!defaults`, the engine's own numerics (llama.cpp: an f16 KV cache, flash attention;
+        OpenVINO: its inference precision and KV cache) instead of f32."""
+        plain = engine_of(name)
         if temperature and temperature.strip() not in ("0", "0.0"):
-            raise Clover2Error(f"{spec!r}: the llama.cpp methods are measured greedy (no '/TEMPERATURE')")
-        if name == "llama.cpp" and (tree or path):
-            raise Clover2Error(f"{spec!r}: llama.cpp's plain decoding takes no tree and no draft")
+            raise Clover2Error(f"{spec!r}: the {plain} methods are measured greedy (no '/TEMPERATURE')")
+        if name == plain and (tree or path):
+            raise Clover2Error(f"{spec!r}: {plain}'s plain decoding takes no tree and no draft")
         tree = tree or "chain3"
-        if name != "llama.cpp" and not (tree.startswith("chain") and tree[5:].isdigit() and int(tree[5:]) >= 1):
-            raise Clover2Error(f"{spec!r}: llama.cpp verifies chains, not trees: write @chainK (K >= 1)")
+        if name != plain and not (tree.startswith("chain") and tree[5:].isdigit() and int(tree[5:]) >= 1):
+            raise Clover2Error(f"{spec!r}: {plain} verifies chains, not trees: write @chainK (K >= 1)")
         if path and name != "llama.cpp+eagle3":
             raise Clover2Error(f"{spec!r}: only llama.cpp+eagle3 takes a draft")
-        return cls(name, "" if name == "llama.cpp" else tree, 0.0, Path(path) if path else None, engine,
+        return cls(name, "" if name == plain else tree, 0.0, Path(path) if path else None, engine,
                    Path(path).name if path else "")
 
     @property

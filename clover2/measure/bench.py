@@ -37,7 +37,15 @@ from clover2.decoding.union import Union
 from clover2.drafts.base import DraftModel
 from clover2.drafts.checkpoint import DRAFT_WEIGHTS, SIDECAR
 from clover2.drafts.drafter import DynamicTree
-from clover2.drafts.methods import ENGINE_METHODS, HF_METHODS, UNIONS, MethodSpec, drafter_factory, load_draft_for
+from clover2.drafts.methods import (
+    ENGINE_METHODS,
+    HF_METHODS,
+    UNIONS,
+    MethodSpec,
+    drafter_factory,
+    engine_of,
+    load_draft_for,
+)
 from clover2.errors import Clover2Error
 from clover2.files import write_csv, write_json
 from clover2.load import CONTENDED_SHARE, mark, other_share
@@ -52,6 +60,7 @@ from clover2.measure.fit import (
     fitted_factory,
     source_acceptance,
 )
+from clover2.measure.openvino_engine import OpenVino, openvino_methods
 from clover2.measure.provenance import environment
 from clover2.measure.runs import Method, Run
 from clover2.training.tasks import SPEC_BENCH_TASKS, load_task
@@ -288,6 +297,9 @@ class BenchConfig:
     fit: FitConfig = FitConfig()  # calibration of `fitted` trees and of the drafts' precision
     # a llama.cpp source tree with llama-server built, for the llama.cpp methods (clover2.measure.engine)
     llama_cpp: str = ""
+    # a Python with openvino-genai and optimum-intel (.ci/openvino), for the OpenVINO methods
+    # (clover2.measure.openvino_engine)
+    openvino: str = ""
 
     def __post_init__(self):
         if not self.tasks or not self.methods:
@@ -296,15 +308,18 @@ class BenchConfig:
             raise Clover2Error(f"bench config: n_per_task, max_new_tokens and repeats must be >= 1 "
                                f"and threads >= 0: {self}")
         specs = [MethodSpec.parse(spec) for spec in self.methods]
-        if any(s.name in ENGINE_METHODS for s in specs) and not self.llama_cpp:
+        if any(engine_of(s.name) == "llama.cpp" for s in specs) and not self.llama_cpp:
             raise Clover2Error("bench config: the llama.cpp methods need a built llama.cpp source tree: "
                                "give --llama-cpp PATH (or bench.llama_cpp)")
+        if any(engine_of(s.name) == "openvino" for s in specs) and not self.openvino:
+            raise Clover2Error("bench config: the OpenVINO methods need a Python with openvino-genai and "
+                               "optimum-intel: give --openvino PYTHON (or bench.openvino; `.ci/openvino` makes one)")
         labels = {s.label for s in specs}
         for s in specs:
-            plain = "llama.cpp" + ("" if s.engine == "eager" else f"!{s.engine}")
-            if s.name in ENGINE_METHODS[1:] and plain not in labels:
-                raise Clover2Error(f"bench config: {s.label} is checked against llama.cpp's plain decoding with "
-                                   f"the same settings: add the method {plain}")
+            plain = engine_of(s.name) + ("" if s.engine == "eager" else f"!{s.engine}")
+            if s.name in ENGINE_METHODS and s.name != engine_of(s.name) and plain not in labels:
+                raise Clover2Error(f"bench config: {s.label} is checked against {engine_of(s.name)}'s plain decoding "
+                                   f"with the same settings: add the method {plain}")
         if self.draft_weights not in DRAFT_WEIGHTS:
             raise Clover2Error(f"bench config: draft_weights must be one of {', '.join(DRAFT_WEIGHTS)}")
 
@@ -365,13 +380,14 @@ def run_bench(target: Target, config: BenchConfig, drafts: Mapping[str, Path] | 
     methods without a path take `drafts[name]` (a mapping) or `drafts/<name>` (a folder), all at one
     precision (`draft_weights` in env.json and in both tables). Returns the bench table."""
     torch.set_num_threads(config.threads or len(os.sched_getaffinity(0)))
-    with ExitStack() as servers:  # the llama.cpp methods' servers, stopped however the run ends
+    with ExitStack() as servers:  # the other engines' servers and pipelines, stopped however the run ends
         return _run_bench(target, config, drafts, out, servers)
 
 
 def _run_bench(target: Target, config: BenchConfig, drafts: Mapping[str, Path] | Path | None, out: Path,
                servers: ExitStack) -> pd.DataFrame:
     cpp = LlamaCpp.at(config.llama_cpp) if config.llama_cpp else None  # a missing build fails here, not hours later
+    ov = OpenVino.at(config.openvino) if config.openvino else None  # as a Python without OpenVINO
     start = mark()
     folder = (lambda name: drafts.get(name)) if isinstance(drafts, Mapping) else \
         (lambda name: drafts / name if drafts else None)
@@ -405,8 +421,9 @@ def _run_bench(target: Target, config: BenchConfig, drafts: Mapping[str, Path] |
     spec_of = {s.draft: s for s in specs if s.is_draft}
     draft_name = {p: record_name(s, s.arch) for p, s in spec_of.items()}  # each draft's key in the run's records
     models = {(p, w): load_draft_for(spec_of[p], target, weights=w) for p in paths for w in precisions}
-    # the engine's tree by its folder's name (its version: env["llama_cpp"]), drafts by content: no machine path
-    bench = asdict(replace(config, llama_cpp=Path(config.llama_cpp).name))
+    # the engines by their folder's name (their versions: env["llama_cpp"], env["openvino"]), drafts by content:
+    # no machine path
+    bench = asdict(replace(config, llama_cpp=Path(config.llama_cpp).name, openvino=Path(config.openvino).name))
     env = environment(target) | {"bench": bench, "drafts": {
         record_name(s, s.arch): {"folder": s.draft.name,
                  "weights_sha256": json.loads((s.draft / SIDECAR).read_text())["weights_sha256"]}
@@ -461,6 +478,11 @@ def _run_bench(target: Target, config: BenchConfig, drafts: Mapping[str, Path] |
         methods, env["llama_cpp"] = engine_methods(cpp, specs, target, max_new_tokens=config.max_new_tokens,
                                                    threads=torch.get_num_threads(), log_dir=out / "llama.cpp",
                                                    stack=servers)
+    if ov is not None:
+        more, env["openvino"] = openvino_methods(ov, specs, target, max_new_tokens=config.max_new_tokens,
+                                                 threads=torch.get_num_threads(), log_dir=out / "openvino",
+                                                 stack=servers)
+        methods += more
     for s in specs:
         if s.name in ENGINE_METHODS:
             continue

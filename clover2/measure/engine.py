@@ -45,7 +45,7 @@ from clover2.decoding.prompt_lookup import PromptLookupConfig
 from clover2.decoding.target import Target
 from clover2.drafts.checkpoint import SIDECAR, load_draft, target_record
 from clover2.drafts.export import export_draft
-from clover2.drafts.methods import ENGINE_DEFAULTS, ENGINE_METHODS, MethodSpec
+from clover2.drafts.methods import ENGINE_DEFAULTS, MethodSpec, engine_of
 from clover2.errors import Clover2Error
 from clover2.files import atomic_path
 from clover2.load import count_as_own
@@ -102,7 +102,7 @@ class LlamaCpp:
         return out
 
 
-def _target_folder(target: Target, scratch: Path) -> Path:
+def target_folder(target: Target, scratch: Path) -> Path:
     """A Hugging Face folder of the target (config, weights, tokenizer): the one it was loaded from, or saved."""
     folder = Path(str(getattr(target.model, "name_or_path", "")))
     if (folder / "config.json").exists() and (folder / "tokenizer.json").exists():
@@ -193,16 +193,14 @@ def engine_methods(cpp: LlamaCpp, specs: list[MethodSpec], target: Target, *, ma
         raise Clover2Error(f"the llama.cpp methods run the target at f32, as clover2's exact path: load the "
                            f"target in float32 (--dtype float32), not {target.dtype}")
     home = cache_root() / "engine" / target_record(target)["fingerprint_bf16"][:12]
-    folder = _target_folder(target, home / "target-hf")
+    folder = target_folder(target, home / "target-hf")
     model = cpp.convert(folder, home / "target-f32.gguf")
     log_dir.mkdir(parents=True, exist_ok=True)
     methods, record = [], {"engine": "llama.cpp", "version": cpp.version(), "target_gguf": model.name,
                            "threads": threads, "dtype": "f32", "drafts": {},
                            "attention": {"": "f32 KV cache, flash attention off",
                                          "!defaults": "the engine's defaults: f16 KV cache, flash attention auto"}}
-    for s in specs:
-        if s.name not in ENGINE_METHODS:
-            continue
+    for s in (s for s in specs if engine_of(s.name) == "llama.cpp"):
         draft = None
         if s.name == "llama.cpp+eagle3":
             sha = json.loads((s.draft / SIDECAR).read_text())["weights_sha256"]

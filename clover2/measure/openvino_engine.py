@@ -1,0 +1,144 @@
+"""OpenVINO GenAI beside clover2: the CPU engine Intel ships for LLMs, its plain decoding and prompt lookup as
+benchmark methods.
+
+A user who deploys a small model on a CPU may pick OpenVINO GenAI's `LLMPipeline`: a compiled graph with
+its own kernels, not a PyTorch loop. The benchmark runs it in the Python that has it (`OpenVino.python`:
+a separate environment, `.ci/openvino`, since optimum-intel pins its own torch and transformers), on the
+same prompts as clover2's methods, interleaved with them prompt by prompt (`clover2.measure.bench`):
+
+- `openvino`: its plain greedy decoding;
+- `openvino+pld@chainK`: its prompt lookup (`prompt_lookup=True`), K tokens a step, looking up the last
+  3 tokens as clover2's prompt lookup does.
+
+The target is exported by optimum-intel (`optimum-cli export openvino --weight-format fp32`) from the
+very weights clover2 loads, and run with f32 inference precision and an f32 KV cache (the engine's
+defaults on a CPU: bf16 inference where the CPU has it and a u8 KV cache, the `!defaults` methods),
+so that engine and clover2 compute the same model and greedy decoding in each gives the same tokens, up
+to the order of floating-point sums. Each pipeline gets the threads clover2 uses; a request sends the
+prompt's token ids (its chat template already applied) and reads back the tokens, the target's steps
+and their time (`clover2.measure.openvino_worker`, the engine's side). Its process's CPU time counts as
+the benchmark's own (`clover2.load.count_as_own`), not as other load.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from clover2.decoding.target import Target
+from clover2.drafts.checkpoint import target_record
+from clover2.drafts.methods import ENGINE_DEFAULTS, MethodSpec, engine_of
+from clover2.errors import Clover2Error
+from clover2.files import atomic_path
+from clover2.load import count_as_own
+from clover2.measure.engine import target_folder
+from clover2.measure.runs import Method, Run
+from clover2.paths import cache_root
+
+WORKER = Path(__file__).with_name("openvino_worker.py")
+# the exact path: the model clover2 computes (see the module's docstring); `!defaults`: the engine's own
+EXACT = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
+
+
+@dataclass(frozen=True)
+class OpenVino:
+    """A Python with openvino-genai and optimum-intel (`.ci/openvino` makes one)."""
+
+    python: Path
+
+    @classmethod
+    def at(cls, python: str | Path) -> OpenVino:
+        ov = cls(Path(python).expanduser().absolute())
+        done = subprocess.run([str(ov.python), "-c", "import openvino_genai, optimum.intel; "
+                               "print(openvino_genai.__version__)"], capture_output=True, text=True)
+        if done.returncode:
+            raise Clover2Error(f"{ov.python}: not a Python with openvino-genai and optimum-intel (make one with "
+                               f"`.ci/openvino`):\n{done.stderr[-1000:]}")
+        return ov
+
+    def export(self, source: Path, out: Path) -> Path:
+        """`source` (a Hugging Face folder) as an OpenVINO model with f32 weights at `out`, unless already there."""
+        if (out / "openvino_model.xml").exists():
+            return out
+        with atomic_path(out) as tmp:
+            done = subprocess.run([str(self.python), "-m", "optimum.commands.optimum_cli", "export", "openvino",
+                                   "--model", str(source), "--task", "text-generation-with-past",
+                                   "--weight-format", "fp32", str(tmp)], capture_output=True, text=True)
+            if done.returncode:
+                raise Clover2Error(f"optimum-intel could not export {source}:\n{done.stderr[-2000:]}")
+        return out
+
+
+class Pipeline:
+    """One OpenVINO GenAI pipeline (plain decoding, or prompt lookup of `lookup` tokens) in its own process."""
+
+    def __init__(self, ov: OpenVino, model: Path, log: Path, *, lookup: int = 0, threads: int = 1,
+                 exact: bool = True):
+        properties = {"INFERENCE_NUM_THREADS": threads, **(EXACT if exact else {})}
+        self.args = [str(ov.python), str(WORKER), str(model), json.dumps(properties)] + ([str(lookup)] if lookup
+                                                                                         else [])
+        self.log = log
+
+    def __enter__(self) -> Pipeline:
+        self._log = open(self.log, "w")
+        self.process = subprocess.Popen(self.args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
+                                        text=True)
+        count_as_own(self.process.pid)
+        ready = self.process.stdout.readline()
+        if not ready:
+            self.__exit__()
+            raise Clover2Error(f"OpenVINO GenAI stopped while loading ({' '.join(self.args)}):\n"
+                               + self.log.read_text()[-2000:])
+        self.version = json.loads(ready)["version"]
+        return self
+
+    def __exit__(self, *exc) -> None:
+        count_as_own(self.process.pid, forget=True)
+        self.process.stdin.close()
+        try:
+            self.process.wait(30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+        self._log.close()
+
+    def complete(self, prompt: list[int], max_new_tokens: int) -> Run:
+        """Greedy decoding of `prompt` (token ids): its tokens, wall time, and the engine's step count."""
+        start = time.perf_counter()
+        self.process.stdin.write(json.dumps({"prompt": prompt, "max_new_tokens": max_new_tokens}) + "\n")
+        self.process.stdin.flush()
+        line = self.process.stdout.readline()
+        seconds = time.perf_counter() - start
+        reply = json.loads(line) if line else {"error": "the process stopped: " + self.log.read_text()[-1000:]}
+        if "error" in reply:
+            raise Clover2Error(f"OpenVINO GenAI ({' '.join(self.args[2:])}): {reply['error']}")
+        tokens = reply["tokens"]
+        return Run(tokens, seconds, None, decode_s=reply["decode_s"], totals=(reply["steps"], len(tokens) - 1))
+
+
+def openvino_methods(ov: OpenVino, specs: list[MethodSpec], target: Target, *, max_new_tokens: int, threads: int,
+                     log_dir: Path, stack) -> tuple[list[Method], dict]:
+    """The OpenVINO methods of `specs`, their pipelines started under `stack` (stopped when it closes),
+    and what env.json records of them (the engine's version, the model and its settings)."""
+    if target.dtype != torch.float32:
+        raise Clover2Error(f"the OpenVINO methods run the target at f32, as clover2's exact path: load the "
+                           f"target in float32 (--dtype float32), not {target.dtype}")
+    home = cache_root() / "engine" / target_record(target)["fingerprint_bf16"][:12]
+    model = ov.export(target_folder(target, home / "target-hf"), home / "openvino-f32")
+    log_dir.mkdir(parents=True, exist_ok=True)
+    methods, record = [], {"engine": "OpenVINO GenAI", "threads": threads, "weights": "f32",
+                           "settings": {"": EXACT, ENGINE_DEFAULTS: "the engine's defaults"}}
+    for s in (s for s in specs if engine_of(s.name) == "openvino"):
+        exact = s.engine != ENGINE_DEFAULTS
+        pipeline = stack.enter_context(Pipeline(ov, model, log_dir / f"{s.label.replace('/', '_')}.log",
+                                                lookup=int(s.tree.removeprefix("chain")) if s.tree else 0,
+                                                threads=threads, exact=exact))
+        record["version"] = pipeline.version
+        plain = "openvino" + ("" if exact else f"!{ENGINE_DEFAULTS}")
+        methods.append(Method(s, lambda prompt, p=pipeline: p.complete(prompt, max_new_tokens),
+                              reference="ar" if s.label == plain else plain))
+    return methods, record

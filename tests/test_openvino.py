@@ -1,0 +1,147 @@
+"""OpenVINO GenAI's methods in the benchmark (clover2.measure.openvino_engine), against stand-in `openvino_genai`
+and `openvino` modules that the real worker (clover2.measure.openvino_worker) imports: the grammar, the
+checks, the pipeline's settings, lifecycle and step accounting. With CLOVER2_OPENVINO set to a Python
+that has the real engine (`.ci/openvino`), its greedy decoding must equal clover2's token for token."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+
+from clover2.drafts.methods import MethodSpec
+from clover2.errors import Clover2Error
+from clover2.load import _HELPERS
+from clover2.measure.bench import BenchConfig
+from clover2.measure.openvino_engine import EXACT, OpenVino, Pipeline
+
+FAKE_GENAI = r'''
+import json, os
+__version__ = "fake-1.0"
+class _Stats:
+    def __init__(self, mean): self.mean = mean
+class _Raw:
+    def __init__(self, n): self.token_infer_durations = [1.0] * n
+class _Metrics:
+    def __init__(self, n): self.raw_metrics = _Raw(n)
+    def get_generate_duration(self): return _Stats(30.0)
+    def get_ttft(self): return _Stats(10.0)
+class _Result:
+    def __init__(self, tokens, n): self.tokens, self.perf_metrics = [tokens], _Metrics(n)
+class GenerationConfig:
+    pass
+class TokenizedInputs:
+    def __init__(self, ids, mask): self.ids = ids
+class LLMPipeline:
+    def __init__(self, model, device, **properties):
+        self.log = os.environ["FAKE_GENAI_LOG"]
+        with open(self.log + ".load", "w") as f:
+            json.dump({"model": model, "device": device, "properties": properties}, f)
+    def generate(self, inputs, config):
+        prompt = [int(t) for t in inputs.ids.data[0]]
+        if prompt == [13]:
+            raise RuntimeError("unlucky prompt")
+        with open(self.log + ".request", "w") as f:
+            json.dump({"prompt": prompt, "config": vars(config)}, f)
+        tokens = [prompt[-1] + i for i in range(1, config.max_new_tokens + 1)]
+        return _Result(tokens, 1 + (config.max_new_tokens - 1 + 1) // 2)  # the prefill, then 2 tokens a step
+'''
+FAKE_OV = "import numpy\nclass Tensor:\n    def __init__(self, array): self.data = numpy.asarray(array)\n"
+
+
+@pytest.fixture()
+def fake_ov(tmp_path, monkeypatch):
+    stubs = tmp_path / "stubs"
+    (stubs / "optimum" / "intel").mkdir(parents=True)
+    (stubs / "openvino_genai.py").write_text(FAKE_GENAI)
+    (stubs / "openvino.py").write_text(FAKE_OV)
+    for init in (stubs / "optimum" / "__init__.py", stubs / "optimum" / "intel" / "__init__.py"):
+        init.write_text("")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(stubs), os.environ.get("PYTHONPATH")])))
+    monkeypatch.setenv("FAKE_GENAI_LOG", str(tmp_path / "genai"))
+    return OpenVino.at(sys.executable)
+
+
+def test_the_openvino_methods_grammar():
+    assert MethodSpec.parse("openvino").label == "openvino"
+    assert MethodSpec.parse("openvino+pld").label == "openvino+pld@chain3"
+    assert MethodSpec.parse("openvino+pld@chain5!defaults").label == "openvino+pld@chain5!defaults"
+    for bad, why in [("openvino@chain3", "openvino's plain decoding takes no tree"),
+                     ("openvino+pld@eagle25", "openvino verifies chains"), ("openvino/1", "openvino methods are "
+                     "measured greedy"), ("openvino!static", "only 'defaults'"), ("openvino+pld=/x", "takes a draft")]:
+        with pytest.raises(Clover2Error, match=why):
+            MethodSpec.parse(bad)
+
+
+def test_a_bench_with_openvino_methods_needs_the_engine_and_its_plain_decoding(fake_ov, tmp_path):
+    with pytest.raises(Clover2Error, match="--openvino PYTHON"):
+        BenchConfig(methods=("ar", "openvino"))
+    with pytest.raises(Clover2Error, match="add the method openvino$"):
+        BenchConfig(methods=("ar", "openvino+pld"), openvino=str(fake_ov.python))
+    with pytest.raises(Clover2Error, match="add the method openvino!defaults"):
+        BenchConfig(methods=("ar", "openvino", "openvino+pld!defaults"), openvino=str(fake_ov.python))
+    BenchConfig(methods=("ar", "openvino", "openvino+pld@chain4"), openvino=str(fake_ov.python))
+    no_engine = tmp_path / "python"
+    no_engine.write_text("#!/bin/sh\necho 'No module named openvino_genai' >&2\nexit 1\n")
+    no_engine.chmod(0o755)
+    with pytest.raises(Clover2Error, match="not a Python with openvino-genai"):
+        OpenVino.at(no_engine)
+
+
+def test_a_pipeline_decodes_token_ids_greedily_with_f32_numerics_and_counts_the_steps(fake_ov, tmp_path):
+    log = tmp_path / "genai"
+    pipeline = Pipeline(fake_ov, tmp_path / "model", tmp_path / "pipeline.log", lookup=4, threads=2)
+    with pipeline:
+        pid = pipeline.process.pid
+        assert pid in _HELPERS  # its CPU time counts as the benchmark's own
+        run = pipeline.complete([1, 2, 3], 5)
+        with pytest.raises(Clover2Error, match="unlucky prompt"):
+            pipeline.complete([13], 5)
+        assert pipeline.complete([7], 1).output_ids == [8]  # the worker goes on after an error
+    loaded = json.loads(Path(str(log) + ".load").read_text())
+    assert loaded["model"] == str(tmp_path / "model") and loaded["device"] == "CPU"
+    assert loaded["properties"] == {"prompt_lookup": True, "INFERENCE_NUM_THREADS": 2, **EXACT}
+    request = json.loads(Path(str(log) + ".request").read_text())
+    assert request["prompt"] == [7] and request["config"]["do_sample"] is False
+    # 5 tokens: the prefill's first, then 4 over 2 steps; decoding took 30 - 10 ms
+    assert run.output_ids == [4, 5, 6, 7, 8] and (run.steps, run.step_tokens) == (2, 4)
+    assert run.decode_s == pytest.approx(0.02) and run.seconds > 0
+    assert pipeline.process.poll() is not None and pid not in _HELPERS  # stopped on exit
+    with Pipeline(fake_ov, tmp_path / "model", tmp_path / "defaults.log", exact=False) as plain:
+        plain.complete([1], 2)
+    loaded = json.loads(Path(str(log) + ".load").read_text())
+    assert loaded["properties"] == {"INFERENCE_NUM_THREADS": 1}  # the engine's own defaults, no prompt lookup
+    request = json.loads(Path(str(log) + ".request").read_text())
+    assert "num_assistant_tokens" not in request["config"]
+
+
+def test_a_pipeline_that_cannot_load_says_why(fake_ov, tmp_path, monkeypatch):
+    monkeypatch.setenv("FAKE_GENAI_LOG", str(tmp_path / "nowhere" / "genai"))  # the stand-in's load then fails
+    with pytest.raises(Clover2Error, match="(?s)stopped while loading.*No such file"):
+        with Pipeline(fake_ov, tmp_path / "model", tmp_path / "pipeline.log"):
+            pass
+
+
+@pytest.mark.skipif(not os.environ.get("CLOVER2_OPENVINO"), reason="CLOVER2_OPENVINO: a Python with the real engine")
+def test_openvino_greedy_decoding_equals_clover2s(tmp_path):
+    from clover2.decoding.decode import DecodeConfig, generate
+    from clover2.decoding.drafter import NoDrafter
+    from clover2.decoding.target import load_target
+    from clover2.measure.openvino_engine import openvino_methods
+
+    target = load_target(dtype="float32")
+    prompts = [target.encode_chat([{"role": "user", "content": text}]) for text in
+               ("Rewrite this: the cat sat on the mat, and the cat was happy.", "What is 17 times 23?")]
+    ov = OpenVino.at(os.environ["CLOVER2_OPENVINO"])
+    specs = [MethodSpec.parse("openvino"), MethodSpec.parse("openvino+pld@chain3")]
+    with ExitStack() as stack:
+        methods, record = openvino_methods(ov, specs, target, max_new_tokens=24, threads=2, log_dir=tmp_path,
+                                           stack=stack)
+        for prompt in prompts:
+            plain = generate(target, NoDrafter(), prompt, DecodeConfig(max_new_tokens=24)).output_ids
+            assert [m.run(prompt).output_ids for m in methods] == [plain, plain]
+    assert record["engine"] == "OpenVINO GenAI" and record["version"]
