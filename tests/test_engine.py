@@ -145,7 +145,7 @@ def test_the_cpu_time_of_a_started_server_counts_as_the_benchmark_own():
 
 def test_the_use_page_table_reads_the_engine_run(tmp_path):
     from clover2.measure.bench import paired, summarize
-    from clover2.research.claims import engines
+    from clover2.research.engines import brief, engines
 
     def method(name: str, tokens: list[int], seconds: float, steps: int, reference: str = "ar") -> Method:
         return Method(MethodSpec.parse(name), lambda prompt: Run(tokens, seconds, None, decode_s=seconds,
@@ -187,4 +187,12 @@ def test_the_use_page_table_reads_the_engine_run(tmp_path):
             "prompt lookup, 3-token chain, 5.00x clover2's plain decoding and 1.25x its engine's.") in text
     assert "OpenVINO GenAI 2026.4.1.0" in text and "| OpenVINO GenAI, prompt lookup, 3-token chain | 2.00 |" in text
     assert text.splitlines()[-1].endswith("| 0% |")  # its output parted from OpenVINO's plain decoding's
+    # the advice box's sentence: every engine's plain decoding, the fastest exact method, clover2's fastest
+    assert brief(tmp_path) == (
+        "**Another engine first:** in one run on Some CPU ({doc}`serving`), plain decoding ran 2.00x [2.00, 2.00] as "
+        "fast as clover2's in llama.cpp and 4.00x [4.00, 4.00] in OpenVINO GenAI; OpenVINO GenAI's, with no draft, "
+        "3.20x [3.20, 3.20] as fast as clover2's fastest method, clover2's EAGLE-3 (3-token chain); the fastest "
+        "exact method was OpenVINO GenAI's prompt lookup (3-token chain), 5.00x [5.00, 5.00] as fast as clover2's "
+        "plain decoding.")
+    assert brief(tmp_path / "nowhere") == ""
     assert engines(tmp_path / "nowhere").startswith("Not measured yet")

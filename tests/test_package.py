@@ -23,10 +23,14 @@ NOT_IMPORTED = {"gguf": "transformers reads the built-in GGUF target with it",
                 "sphinx-mathjax-offline": "a Sphinx extension the book build loads: MathJax served from the build"}
 
 
+# Modules run by another Python, with that environment's packages: none of this project's dependencies.
+ELSEWHERE = {"openvino_worker.py": "OpenVINO GenAI's side, run by the Python that .ci/openvino makes"}
+
+
 def _imports(folder: Path) -> set[str]:
-    """Top-level third-party distributions imported by the modules under `folder`."""
+    """Top-level third-party distributions imported by the modules under `folder` (`ELSEWHERE` aside)."""
     names = set()
-    for path in folder.rglob("*.py"):
+    for path in (p for p in folder.rglob("*.py") if p.name not in ELSEWHERE):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Import):
                 names |= {a.name.split(".")[0] for a in node.names}

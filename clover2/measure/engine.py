@@ -115,6 +115,17 @@ def target_folder(target: Target, scratch: Path) -> Path:
     return scratch
 
 
+def stopped(process: subprocess.Popen, log) -> None:
+    """A benchmark's helper process, asked to stop, waited for (killed after 30 s) and no longer counted as the
+    benchmark's own; its log closed."""
+    count_as_own(process.pid, forget=True)
+    try:
+        process.wait(30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+    log.close()
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -161,13 +172,8 @@ class Server:
         raise Clover2Error(f"llama-server did not come up in {READY_S} s; its log: {self.log}")
 
     def __exit__(self, *exc) -> None:
-        count_as_own(self.process.pid, forget=True)
         self.process.terminate()
-        try:
-            self.process.wait(30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-        self._log.close()
+        stopped(self.process, self._log)
 
     def complete(self, prompt: list[int], max_new_tokens: int) -> Run:
         """Greedy decoding of `prompt` (token ids): its tokens, wall time, and the server's step counts."""

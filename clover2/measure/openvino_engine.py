@@ -36,7 +36,7 @@ from clover2.drafts.methods import ENGINE_DEFAULTS, MethodSpec, engine_of
 from clover2.errors import Clover2Error
 from clover2.files import atomic_path
 from clover2.load import count_as_own
-from clover2.measure.engine import target_folder
+from clover2.measure.engine import stopped, target_folder
 from clover2.measure.runs import Method, Run
 from clover2.paths import cache_root
 
@@ -98,13 +98,8 @@ class Pipeline:
         return self
 
     def __exit__(self, *exc) -> None:
-        count_as_own(self.process.pid, forget=True)
-        self.process.stdin.close()
-        try:
-            self.process.wait(30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-        self._log.close()
+        self.process.stdin.close()  # the worker's loop ends
+        stopped(self.process, self._log)
 
     def complete(self, prompt: list[int], max_new_tokens: int) -> Run:
         """Greedy decoding of `prompt` (token ids): its tokens, wall time, and the engine's step count."""

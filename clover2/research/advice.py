@@ -20,6 +20,7 @@ import pandas as pd
 
 from clover2.drafts.methods import MethodSpec
 from clover2.measure.bench import record_name
+from clover2.research import engines
 from clover2.research.report import bracket, draft_ms_per_step
 
 PUBLISHED = "results/study/drafts"  # where the published drafts live, as a command names them
@@ -263,10 +264,14 @@ def box(results: Path, study_tau: pd.Series | None = None, main_budget: int = 60
         lines.append("- **Clover-2 over EAGLE-1**, each on its fitted tree, paired by prompt: "
                      + "; ".join(f"{BRIEF[d]}{' behind ' + COPIES[copy] if copy else ''} {_ratio(r)}"
                                  for d, copy, r in pairs) + " (above 1: Clover-2 faster).")
+    other = engines.brief(results)  # another engine's plain decoding may beat every method of clover2's
     if brief:
-        return "\n".join(head + [lines[0], "", "Each draft alone and behind a cache, Clover-2 against EAGLE-1, "
-                                  "bfloat16 and a GPU's prediction: {doc}`use`. Serving engines run EAGLE-1 and "
-                                  "EAGLE-3, not Clover-2; llama.cpp beside clover2: {doc}`serving`.", "```"]) + "\n"
+        return "\n".join(head + [lines[0], *(["", other] if other else []), "", "Each draft alone and behind a "
+                                  "cache, Clover-2 against EAGLE-1, bfloat16 and a GPU's prediction: {doc}`use`. "
+                                  "Serving engines run EAGLE-1 and EAGLE-3, not Clover-2; llama.cpp and OpenVINO "
+                                  "GenAI beside clover2: {doc}`serving`.", "```"]) + "\n"
+    if other:
+        lines.insert(1, f"- {other}")
     lines.append(f"- **Exact**: {'every' if exact else 'not every'} output equalled plain decoding's, token for token "
                  f"(float32, the command line's default). On {env['cpu_name']}, {env['torch_threads']} threads, "
                  f"{int(rows.n_prompts.max())} held-out prompts; one training seed per draft (seed 0 of the study's "

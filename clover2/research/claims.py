@@ -26,12 +26,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from clover2.drafts.methods import MethodSpec, engine_of
+from clover2.drafts.methods import MethodSpec
 from clover2.files import write_text
 from clover2.measure.bench import geometric_mean
 from clover2.profiles import load_profile
 from clover2.research import advice, paper
 from clover2.research.design import DesignConfig
+from clover2.research.engines import engines
 from clover2.research.report import bracket, draft_ms_per_step
 from clover2.research.verdicts import (
     PART_HELPS,
@@ -639,80 +640,6 @@ def markdown(results: Path) -> str:
         "decided by their Holm-adjusted p (so an interval clear of 1 may still read \"no difference shown\"); "
         "terms: {doc}`glossary`."]
     return link_first_uses("\n".join(lines)) + "\n"
-
-
-ENGINE_NAMES = {"ar": "clover2, plain decoding", "pld": "clover2, prompt lookup", "eagle3": "clover2, EAGLE-3",
-                "pld+eagle3": "clover2, prompt lookup + EAGLE-3",
-                "llama.cpp": "llama.cpp, plain decoding", "llama.cpp+pld": "llama.cpp, prompt lookup (ngram-simple)",
-                "llama.cpp+eagle3": "llama.cpp, EAGLE-3 (the same draft, converted)",
-                "openvino": "OpenVINO GenAI, plain decoding", "openvino+pld": "OpenVINO GenAI, prompt lookup"}
-ENGINE_TITLES = {"llama.cpp": "llama.cpp", "openvino": "OpenVINO GenAI"}
-
-
-def engines(results: Path) -> str:
-    """Other CPU engines beside clover2 (`results/engine`, `clover2 bench --llama-cpp ... --openvino ...`):
-    each method's tokens per step, speed over clover2's plain decoding and over its own engine's (geometric
-    means of paired per-prompt ratios with 95% intervals), and whether its output equals its reference's."""
-    folder = results / "engine"
-    if not (folder / "bench.csv").exists():
-        return "Not measured yet: `results/engine/` holds no run.\n"
-    bench, pairs = _read(folder / "bench.csv"), _read(folder / "paired.csv")
-    env = json.loads((folder / "env.json").read_text())
-    rows = bench[(bench.task == "overall") & (bench.temperature == 0)]
-    specs = {m: MethodSpec.parse(m) for m in rows.method}
-    home = {m: engine_of(s.name) or "clover2" for m, s in specs.items()}
-    plain = {m: ("ar" if home[m] == "clover2" else home[m]) + ("!defaults" if s.engine == "defaults" else "")
-             for m, s in specs.items()}  # each method's own engine's plain decoding, at its settings
-
-    def ratio(method: str, reference: str) -> tuple[float, str]:
-        if method == reference:
-            return 1.0, "1"
-        r = pairs[(pairs.method == method) & (pairs.versus == reference)].iloc[0]
-        return r.speed_ratio, f"{r.speed_ratio:.2f}x {bracket(r.speed_ratio_lo, r.speed_ratio_hi, 2)}"
-
-    def name(method: str) -> str:
-        spec = specs[method]
-        return (ENGINE_NAMES.get(spec.name, spec.name) + (f", {spec.tree.removeprefix('chain')}-token chain"
-                                                          if spec.tree.startswith("chain") else
-                                                          ", fitted tree" if spec.tree else "")
-                + (", engine's own numerics" if spec.engine == "defaults" else ""))
-
-    over = {m: ratio(m, "ar")[0] for m in rows.method}
-    exact = [m for m in rows.method if specs[m].engine != "defaults"]
-    fastest = max(exact, key=over.get)  # by the page's one speed statistic, over clover2's plain decoding
-    taus = {(s.name, s.tree): t for (m, s), t in zip(specs.items(), rows.tau) if s.engine != "defaults"}
-    chains = [t for (n, t) in taus if n == "eagle3" and ("llama.cpp+eagle3", t) in taus]
-    said = [f"{ENGINE_TITLES[e]}'s plain decoding runs {ratio(e, 'ar')[1]} as fast as clover2's"
-            for e in ENGINE_TITLES if e in over]
-    lead = ("The same draft accepts " + "; ".join(
-        f"{taus['llama.cpp+eagle3', t]:.3f} tokens per step in llama.cpp and {taus['eagle3', t]:.3f} in clover2 on "
-        f"the {t.removeprefix('chain')}-token chain" for t in chains) + ". " if chains else "") + (
-        "; ".join(said) + ". " if said else "") + (  # (llama.cpp is never capitalised)
-        f"The fastest exact method here is {name(fastest)}, {over[fastest]:.2f}x clover2's plain decoding"
-        + (f" and {ratio(fastest, plain[fastest])[0]:.2f}x its engine's" if plain[fastest] not in (fastest, "ar")
-           else "") + ". ")
-    versions = [f"llama.cpp {env['llama_cpp']['version'].removeprefix('version: ')}"] if "llama_cpp" in env else []
-    versions += [f"OpenVINO GenAI {env['openvino']['version']}"] if "openvino" in env else []
-    numerics = ([f"llama.cpp with an {env['llama_cpp']['attention']['']} (its own numerics: "
-                 f"{env['llama_cpp']['attention']['!defaults'].partition(': ')[2]})"] if "llama_cpp" in env else [])
-    numerics += (["OpenVINO GenAI at f32 inference precision with an f32 KV cache (its own numerics on a CPU: bf16 "
-                  "where the CPU computes it, a u8 KV cache)"] if "openvino" in env else [])
-    draft = next(iter(env.get("llama_cpp", {}).get("drafts", {}).values()), {})
-    lines = [lead + f"Measured on {env['cpu_name']} ({env['cpu_count']} cores, {env['torch_threads']} threads "
-             f"for each), clover2 commit {env['commit']}, {', '.join(versions)}; the target's weights at f32 in "
-             f"each, {'; '.join(numerics)}; {int(rows.n_prompts.max())} held-out prompts of up to "
-             f"{env['bench']['max_new_tokens']} new tokens, greedy, every method interleaved prompt by prompt in one "
-             f"run ({env['other_load']:.1%} of the machine used by anything else)"
-             + (f"; the EAGLE-3 draft's weights SHA-256 {draft['weights_sha256'][:12]}" if draft else "")
-             + ". Speeds are geometric means of per-prompt ratios with 95% bootstrap intervals; \"same output\" "
-             "compares each engine's methods with its plain decoding at the same settings, and that with "
-             "clover2's.", "",
-             "| method | tokens per step | speed over clover2's plain decoding | over its engine's | same output |",
-             "|---|---|---|---|---|"]  # one speed statistic (tokens/s per prompt: `bench.csv`)
-    lines += [f"| {name(r.method)} | {'–' if pd.isna(r.tau) else f'{r.tau:.2f}'} | {ratio(r.method, 'ar')[1]} | "
-              f"{ratio(r.method, plain[r.method])[1] if plain[r.method] != 'ar' else '–'} | {r.identical_frac:.0%} |"
-              for r in rows.itertuples()]
-    return "\n".join(lines) + "\n"
 
 
 README_START = "<!-- the book's abstract, written by `python -m clover2.research.claims results book` -->"
