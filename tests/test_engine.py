@@ -165,13 +165,13 @@ def test_the_use_page_table_reads_the_engine_run(tmp_path):
         "llama_cpp": {"version": "version: 1 (0c1e570)", "drafts": {"x": {"weights_sha256": "f" * 64}},
                       "attention": {"": "f32 KV cache, flash attention off", "!defaults": "defaults: f16 KV cache"}}}))
     text = engines(tmp_path)
-    row = next(line for line in text.splitlines() if line.startswith("| llama.cpp, EAGLE-3 (the same draft"))
+    row = next(line for line in text.splitlines() if line.startswith("| llama.cpp, EAGLE-3 (same draft"))
     # 4 tokens over 2 steps after the first; 2.5x clover2's plain decoding, 1.25x llama.cpp's; the same output
     assert row.split(" | ")[1:] == ["2.00", "2.50x [2.50, 2.50]", "1.25x [1.25, 1.25]", "100% |"]
     assert "Some CPU" in text and "abc1234" in text and "3-token chain" in text and "OpenVINO" not in text
     assert text.startswith("The same draft accepts 2.000 tokens per step in llama.cpp and 2.000 in clover2 on the "
                            "3-token chain. llama.cpp's plain decoding runs 2.00x [2.00, 2.00] as fast as clover2's. "
-                           "The fastest exact method here is llama.cpp, EAGLE-3 (the same draft, converted), 3-token "
+                           "The fastest exact method here is llama.cpp, EAGLE-3 (same draft), 3-token "
                            "chain, 2.50x clover2's plain decoding and 1.25x its engine's.")  # by the speed statistic
     # OpenVINO beside them: its plain decoding read against clover2's, its prompt lookup against its own
     methods += [method("openvino", [1, 2, 3, 4, 5], 0.25, 4),

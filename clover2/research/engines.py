@@ -15,8 +15,8 @@ from clover2.research.report import bracket
 
 ENGINE_NAMES = {"ar": "clover2, plain decoding", "pld": "clover2, prompt lookup", "eagle3": "clover2, EAGLE-3",
                 "pld+eagle3": "clover2, prompt lookup + EAGLE-3",
-                "llama.cpp": "llama.cpp, plain decoding", "llama.cpp+pld": "llama.cpp, prompt lookup (ngram-simple)",
-                "llama.cpp+eagle3": "llama.cpp, EAGLE-3 (the same draft, converted)",
+                "llama.cpp": "llama.cpp, plain decoding", "llama.cpp+pld": "llama.cpp, prompt lookup",
+                "llama.cpp+eagle3": "llama.cpp, EAGLE-3 (same draft)",
                 "openvino": "OpenVINO GenAI, plain decoding", "openvino+pld": "OpenVINO GenAI, prompt lookup"}
 ENGINE_TITLES = {"llama.cpp": "llama.cpp", "openvino": "OpenVINO GenAI"}
 
@@ -63,7 +63,7 @@ class EngineRun:
         return (ENGINE_NAMES.get(spec.name, spec.name) + (f", {spec.tree.removeprefix('chain')}-token chain"
                                                           if spec.tree.startswith("chain") else
                                                           ", fitted tree" if spec.tree else "")
-                + (", engine's own numerics" if spec.engine == "defaults" else ""))
+                + (", own numerics" if spec.engine == "defaults" else ""))
 
 
 def engines(results: Path) -> str:
@@ -88,21 +88,21 @@ def engines(results: Path) -> str:
            (fastest, "ar") else "") + ". ")
     versions = [f"llama.cpp {env['llama_cpp']['version'].removeprefix('version: ')}"] if "llama_cpp" in env else []
     versions += [f"OpenVINO GenAI {env['openvino']['version']}"] if "openvino" in env else []
-    numerics = ([f"llama.cpp with an {env['llama_cpp']['attention']['']} (its own numerics: "
-                 f"{env['llama_cpp']['attention']['!defaults'].partition(': ')[2]})"] if "llama_cpp" in env else [])
-    numerics += (["OpenVINO GenAI at f32 inference precision with an f32 KV cache (its own numerics on a CPU: bf16 "
-                  "where the CPU computes it, a u8 KV cache)"] if "openvino" in env else [])
+    numerics = ([f"llama.cpp's {env['llama_cpp']['attention']['!defaults'].partition(': ')[2]}"]
+                if "llama_cpp" in env else [])  # an engine's own numerics, where they are not f32
+    numerics += ["OpenVINO GenAI's bf16 arithmetic (where the CPU has it) and u8 KV cache"] if "openvino" in env else []
     draft = next(iter(env.get("llama_cpp", {}).get("drafts", {}).values()), {})
     lines = [lead + f"Measured on {env['cpu_name']} ({env['cpu_count']} cores, {env['torch_threads']} threads "
-             f"for each), clover2 commit {env['commit']}, {', '.join(versions)}; the target's weights at f32 in "
-             f"each, {'; '.join(numerics)}; {int(rows.n_prompts.max())} held-out prompts of up to "
+             f"for each), clover2 commit {env['commit']}, {', '.join(versions)}; every engine at f32 (weights, "
+             f"arithmetic, KV cache; \"own numerics\": {'; '.join(numerics)}); {int(rows.n_prompts.max())} "
+             "held-out prompts of up to "
              f"{env['bench']['max_new_tokens']} new tokens, greedy, every method interleaved prompt by prompt in one "
              f"run ({env['other_load']:.1%} of the machine used by anything else)"
              + (f"; the EAGLE-3 draft's weights SHA-256 {draft['weights_sha256'][:12]}" if draft else "")
              + ". Speeds are geometric means of per-prompt ratios with 95% bootstrap intervals; \"same output\" "
              "compares each engine's methods with its plain decoding at the same settings, and that with "
              "clover2's.", "",
-             "| method | tokens per step | speed over clover2's plain decoding | over its engine's | same output |",
+             "| method | tokens per step | speed over clover2's plain | over its engine's | same output |",
              "|---|---|---|---|---|"]  # one speed statistic (tokens/s per prompt: `bench.csv`)
     lines += [f"| {name(r.method)} | {'–' if pd.isna(r.tau) else f'{r.tau:.2f}'} | {ratio(r.method)[1]} | "
               f"{ratio(r.method, run.plain(r.method))[1] if run.plain(r.method) != 'ar' else '–'} | "
