@@ -31,11 +31,12 @@ target: install
 # (results/gpu-dry; every setting of the gpu profile is dry-run on a tiny model in the unit tests), then the
 # library as a user without the book's extras installs it: a fresh .venv-core with `pip install .` alone
 # running targets, prepare-data, train and bench on the smoke profile (.ci/core-check). (Run beside the
-# unit tests, the core check slowed them from 4.5 to 7.8 minutes on two cores: it runs after them.)
+# unit tests, the core check slowed them from 4.5 to 7.8 minutes on two cores, and beside the notebooks,
+# these from 3 to 9.6: each process takes every core's thread, so it runs after them.)
 test: install
 	$(BIN)/ruff check clover2 tests notebooks
 	$(BIN)/python -m pytest -q -n logical --dist loadfile -p no:nbmake --durations=15
-	CLOVER2_PROFILE=smoke CLOVER2_RESULTS=$(CURDIR)/results $(BIN)/python -m pytest -q --nbmake --nbmake-timeout=1200 notebooks
+	CLOVER2_PROFILE=smoke CLOVER2_RESULTS=$(CURDIR)/results $(BIN)/python -m pytest -q --nbmake --nbmake-timeout=1200 --durations=6 notebooks
 	$(BIN)/clover2 notebooks --profile gpu --dry-run --only 01_architecture --results $(CURDIR)/results
 	PY=$(PY) .ci/core-check
 

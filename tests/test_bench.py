@@ -296,9 +296,14 @@ def test_two_drafts_of_one_architecture_keep_a_record_each(tmp_path):
     assert all((tmp_path / "out" / f"fit_clover2={n}.csv").exists() for n in ("official", "variant"))
 
 
-def test_configured_bench_with_a_fitted_tree_writes_the_table(tmp_path):
+def test_configured_bench_with_a_fitted_tree_writes_the_table(tmp_path, monkeypatch):
     """The whole `clover2 bench --config` path on a tiny target: tasks from a Spec-Bench file, a draft
     with static, dynamic and fitted trees, greedy and sampled; greedy drafts stay token-identical."""
+    import clover2.measure.bench as B
+
+    rounds = []
+    monkeypatch.setattr(B, "cost_curve", lambda *a, repeats, **k: rounds.append(repeats) or cost_curve(
+        *a, repeats=repeats, **k))
     t = tiny_target("llama", kernels="auto")  # the default path: env.json records the measured plan
     cfg = DraftConfig.for_arch("clover2", num_heads=3)
     save_draft(tmp_path / "drafts" / "clover2", build_draft(cfg, t), t, cfg, extra={})
@@ -308,8 +313,9 @@ def test_configured_bench_with_a_fitted_tree_writes_the_table(tmp_path):
                                                      "suffix+clover2@fitted", "union+clover2@fitted",
                                                      "union+clover2@eagle25", "ar/1", "clover2@eagle25/1",
                                                      "union+clover2@eagle25/1", "ar!graphs", "clover2@fitted!graphs"),
-                         fit=FitConfig(max_depth=3, top_k=3, prompts=2, max_new_tokens=8), threads=1)
+                         fit=FitConfig(max_depth=3, top_k=3, prompts=2, max_new_tokens=8), threads=1, cost_repeats=2)
     table = run_bench(t, config, tmp_path / "drafts", tmp_path / "out")
+    assert rounds and set(rounds) == {2}  # the configured rounds of every cost curve
     disk = pd.read_csv(tmp_path / "out" / "bench.csv")
     assert len(disk) == len(table) == 16 * 4  # 16 methods x (3 tasks + overall)
     assert {"other_load", "contended"} <= set(disk.columns)

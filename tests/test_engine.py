@@ -10,6 +10,7 @@ import sys
 import time
 
 import pytest
+import torch
 
 from clover2.drafts.methods import MethodSpec
 from clover2.errors import Clover2Error
@@ -196,3 +197,18 @@ def test_the_use_page_table_reads_the_engine_run(tmp_path):
         "plain decoding.")
     assert brief(tmp_path / "nowhere") == ""
     assert engines(tmp_path / "nowhere").startswith("Not measured yet")
+
+
+def test_an_engine_takes_the_target_at_f32_and_with_its_tokenizer(fresh_cache):
+    """Both engines (llama.cpp, OpenVINO) convert the target at f32, clover2's exact path, from a Hugging Face
+    folder: a bf16 target and a target without a tokenizer are refused, the engine named."""
+    from dataclasses import replace
+
+    from conftest import tiny_target
+
+    from clover2.measure.engine import engine_home
+    with pytest.raises(Clover2Error, match="OpenVINO methods run the target at f32.*--dtype float32"):
+        engine_home(tiny_target("llama", dtype=torch.bfloat16), "OpenVINO")
+    with pytest.raises(Clover2Error, match="no tokenizer: llama.cpp cannot convert it"):
+        engine_home(replace(tiny_target("llama"), tokenizer=None), "llama.cpp")
+    assert not list(fresh_cache.rglob("target-hf"))  # refused before anything is written

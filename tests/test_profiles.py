@@ -27,6 +27,7 @@ def test_every_shipped_profile_parses_and_names_known_variants(name):
 
 @pytest.mark.parametrize("text, match", [
     ("bench: {n_per_task: 0}", "n_per_task"),
+    ("bench: {cost_repeats: 0}", "cost_repeats must be >= 1"),
     ("bench: {methods: [ar, eagle9]}", "unknown method"),
     ("bench: {fit: {top_k: 0}}", "fit config"),
     ("bench: {colour: red}", "unknown keys"),

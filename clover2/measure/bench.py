@@ -286,6 +286,9 @@ class BenchConfig:
     top_p: float = 1.0  # applied to the methods at temperature > 0
     top_k: int = 0
     repeats: int = 1
+    # rounds of the verification cost curve (clover2.measure.fit.cost_curve: each size timed once a round,
+    # the median kept), which fitted trees are fitted to and which checks the kernel choice
+    cost_repeats: int = 7
     seed: int = 0  # task samples and sampling
     threads: int = 0  # torch CPU threads for the run (0: every CPU this process may use)
     # The drafts' linear weights while decoding: float or int8 (clover2.drafts.checkpoint.load_draft),
@@ -304,8 +307,8 @@ class BenchConfig:
     def __post_init__(self):
         if not self.tasks or not self.methods:
             raise Clover2Error("bench config: give at least one task and one method")
-        if min(self.n_per_task, self.max_new_tokens, self.repeats) < 1 or self.threads < 0:
-            raise Clover2Error(f"bench config: n_per_task, max_new_tokens and repeats must be >= 1 "
+        if min(self.n_per_task, self.max_new_tokens, self.repeats, self.cost_repeats) < 1 or self.threads < 0:
+            raise Clover2Error(f"bench config: n_per_task, max_new_tokens, repeats and cost_repeats must be >= 1 "
                                f"and threads >= 0: {self}")
         specs = [MethodSpec.parse(spec) for spec in self.methods]
         if any(engine_of(s.name) == "llama.cpp" for s in specs) and not self.llama_cpp:
@@ -347,15 +350,17 @@ def draft_precisions(weights: str, target: Target) -> tuple[str, ...]:
 KERNEL_RETRIES = 2  # a kernel choice the cost curve contradicts is measured again at most this often
 
 
-def checked_cost_curves(target: Target, engines: Sequence[str]) -> tuple[dict[str, pd.DataFrame], dict]:
+def checked_cost_curves(target: Target, engines: Sequence[str],
+                        repeats: int = 7) -> tuple[dict[str, pd.DataFrame], dict]:
     """The verification cost curve of every engine, checked against the target's kernel choice: where
     a 1-token forward costs more than a 2-token one, the choice (`kernels="auto"`: timed under noise,
     or cached from another day) failed here, so the kernels are measured again, whatever the cache
-    holds, and the curves with them, at most `KERNEL_RETRIES` times. Returns the curves and what the
-    check found (env.json's `kernel_check`)."""
+    holds, and the curves with them (`repeats` rounds each), at most `KERNEL_RETRIES` times. Returns the
+    curves and what the check found (env.json's `kernel_check`)."""
     retune = target.kernels == "auto" and len(available(target.dtype, target.device)) > 1
     for attempt in itertools.count():
-        curves = {e: cost_curve(target, prefix=min(200, target.context_length - 65), engine=e) for e in engines}
+        curves = {e: cost_curve(target, prefix=min(200, target.context_length - 65), repeats=repeats, engine=e)
+                  for e in engines}
         failed = [e for e, c in curves.items() if _one_token_dearer(c)]
         if not failed or not retune or attempt == KERNEL_RETRIES:
             break
@@ -431,7 +436,7 @@ def _run_bench(target: Target, config: BenchConfig, drafts: Mapping[str, Path] |
     # The verification cost curve of every engine in the run (what fitted trees are fitted to; it
     # checks the kernel choice) and the step time that memory bandwidth allows.
     engines = list(dict.fromkeys(s.engine for s in specs if s.name not in (*HF_METHODS, *ENGINE_METHODS))) or ["eager"]
-    curves, env["kernel_check"] = checked_cost_curves(target, engines)
+    curves, env["kernel_check"] = checked_cost_curves(target, engines, config.cost_repeats)
     write_csv(out / "cost_curve.csv", pd.concat([c.assign(engine=e) for e, c in curves.items()], ignore_index=True))
     kernels = [pd.DataFrame(target.kernel_record()["timings"]).assign(model="target")] + [
         pd.DataFrame(getattr(m, "kernel_timings", [])).assign(model=f"{draft_name[p]} ({w})")

@@ -102,17 +102,23 @@ class LlamaCpp:
         return out
 
 
-def target_folder(target: Target, scratch: Path) -> Path:
-    """A Hugging Face folder of the target (config, weights, tokenizer): the one it was loaded from, or saved."""
+def engine_home(target: Target, engine: str) -> tuple[Path, Path]:
+    """Where an engine's files for `target` live (the cache, keyed by the target's weights) and a Hugging Face
+    folder of the target (config, weights, tokenizer) for the engine to convert: the one it was loaded from, or
+    saved there. The engines run the target at f32, clover2's exact path."""
+    if target.dtype != torch.float32:
+        raise Clover2Error(f"the {engine} methods run the target at f32, as clover2's exact path: load the "
+                           f"target in float32 (--dtype float32), not {target.dtype}")
+    home = cache_root() / "engine" / target_record(target)["fingerprint_bf16"][:12]
     folder = Path(str(getattr(target.model, "name_or_path", "")))
     if (folder / "config.json").exists() and (folder / "tokenizer.json").exists():
-        return folder
+        return home, folder
     if target.tokenizer is None:
-        raise Clover2Error(f"target {target.name!r} has no tokenizer: llama.cpp cannot convert it")
-    with atomic_path(scratch) as tmp:
+        raise Clover2Error(f"target {target.name!r} has no tokenizer: {engine} cannot convert it")
+    with atomic_path(home / "target-hf") as tmp:
         target.model.save_pretrained(tmp)
         target.tokenizer.save_pretrained(tmp)
-    return scratch
+    return home, home / "target-hf"
 
 
 def stopped(process: subprocess.Popen, log) -> None:
@@ -195,11 +201,7 @@ def engine_methods(cpp: LlamaCpp, specs: list[MethodSpec], target: Target, *, ma
                    threads: int, log_dir: Path, stack: ExitStack) -> tuple[list[Method], dict]:
     """The llama.cpp methods of `specs`, their servers started under `stack` (stopped when it closes),
     and what env.json records of them (the engine's version, the models' files and settings)."""
-    if target.dtype != torch.float32:
-        raise Clover2Error(f"the llama.cpp methods run the target at f32, as clover2's exact path: load the "
-                           f"target in float32 (--dtype float32), not {target.dtype}")
-    home = cache_root() / "engine" / target_record(target)["fingerprint_bf16"][:12]
-    folder = target_folder(target, home / "target-hf")
+    home, folder = engine_home(target, "llama.cpp")
     model = cpp.convert(folder, home / "target-f32.gguf")
     log_dir.mkdir(parents=True, exist_ok=True)
     methods, record = [], {"engine": "llama.cpp", "version": cpp.version(), "target_gguf": model.name,

@@ -28,17 +28,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
 from clover2.decoding.target import Target
-from clover2.drafts.checkpoint import target_record
 from clover2.drafts.methods import ENGINE_DEFAULTS, MethodSpec, engine_of
 from clover2.errors import Clover2Error
 from clover2.files import atomic_path
 from clover2.load import count_as_own
-from clover2.measure.engine import stopped, target_folder
+from clover2.measure.engine import engine_home, stopped
 from clover2.measure.runs import Method, Run
-from clover2.paths import cache_root
 
 WORKER = Path(__file__).with_name("openvino_worker.py")
 # the exact path: the model clover2 computes (see the module's docstring); `!defaults`: the engine's own
@@ -119,11 +115,8 @@ def openvino_methods(ov: OpenVino, specs: list[MethodSpec], target: Target, *, m
                      log_dir: Path, stack) -> tuple[list[Method], dict]:
     """The OpenVINO methods of `specs`, their pipelines started under `stack` (stopped when it closes),
     and what env.json records of them (the engine's version, the model and its settings)."""
-    if target.dtype != torch.float32:
-        raise Clover2Error(f"the OpenVINO methods run the target at f32, as clover2's exact path: load the "
-                           f"target in float32 (--dtype float32), not {target.dtype}")
-    home = cache_root() / "engine" / target_record(target)["fingerprint_bf16"][:12]
-    model = ov.export(target_folder(target, home / "target-hf"), home / "openvino-f32")
+    home, folder = engine_home(target, "OpenVINO")
+    model = ov.export(folder, home / "openvino-f32")
     log_dir.mkdir(parents=True, exist_ok=True)
     methods, record = [], {"engine": "OpenVINO GenAI", "threads": threads, "weights": "f32",
                            "settings": {"": EXACT, ENGINE_DEFAULTS: "the engine's defaults"}}
