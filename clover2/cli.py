@@ -377,6 +377,9 @@ def _parse_run(text: str) -> tuple[str, Path]:
                   "(Clover-2 or Clover-1: a research format "
                   "no engine runs yet)"),
          arg("--out", type=Path, required=True, help="the folder to write"),
+         arg("--embedding", action="store_true",
+             help="also write the target's input embedding into an EAGLE-3 draft: OpenVINO's exporter "
+                  "(optimum-intel) reads it from the draft, the other engines from the target"),
          *TARGET[:-1])  # the weights as trained: no kernel choice
 def _export(args):
     from clover2.drafts.checkpoint import SIDECAR, load_draft
@@ -386,7 +389,7 @@ def _export(args):
     target = _load(args)
     model = load_draft(args.draft, target)
     source = json.loads((args.draft / SIDECAR).read_text()).get("weights_sha256", "")
-    print(export_draft(model, target, args.out, args.format, source_sha256=source))
+    print(export_draft(model, target, args.out, args.format, source_sha256=source, embeddings=args.embedding))
 
 
 @command("coverage", "how much of each task's answers the k most frequent training tokens cover",
@@ -495,7 +498,7 @@ def _study(args):
         from clover2.research.speed import drafts_left
 
         keep, train, hours = drafts_left(experiment)
-        print(f"Then the speed claims: {keep} timed drafts to keep ({train} to train again, about "
+        print(f"Then the speed claims: {keep} timed drafts to keep with the results ({train} to train again, about "
               f"{hours:.1f} h), then their timing, the machine alone (`run --untimed` stops before it)")
 
 

@@ -58,9 +58,10 @@ def test_the_engine_methods_grammar():
     spec = MethodSpec.parse("llama.cpp+eagle3@chain2=/drafts/eagle3")
     assert (spec.label, spec.arch, spec.is_draft) == ("llama.cpp+eagle3@chain2=eagle3", "eagle3", True)
     assert MethodSpec.parse("llama.cpp+pld!defaults").label == "llama.cpp+pld@chain3!defaults"
-    for bad, why in [("llama.cpp@chain3", "no tree"), ("llama.cpp+pld@eagle25", "chains, not trees"),
-                     ("llama.cpp+pld@chain0", "chains, not trees"), ("llama.cpp/1", "greedy"),
-                     ("llama.cpp!static", "only 'defaults'"), ("llama.cpp+pld=/x", "only llama.cpp\\+eagle3")]:
+    for bad, why in [("llama.cpp@chain3", "no tree"), ("llama.cpp+pld@eagle25", "verifies chains: write @chainK"),
+                     ("llama.cpp+pld@chain0", "verifies chains"), ("llama.cpp/1", "greedy"),
+                     ("llama.cpp+eagle3@dynamic:6:3:2", r"verifies chains: write @chainK \(K >= 1\)$"),
+                     ("llama.cpp!static", "only 'defaults'"), ("llama.cpp+pld=/x", "EAGLE-3 methods take a draft")]:
         with pytest.raises(Clover2Error, match=why):
             MethodSpec.parse(bad)
 

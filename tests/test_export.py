@@ -82,6 +82,16 @@ def test_the_eagle3_formats_hold_what_engines_read(tiny, tmp_path):
     assert spec["transformer_layer_config"]["num_hidden_layers"] == 1
     assert spec["eagle_aux_hidden_state_layer_ids"] == list(model.hidden_layers)  # inputs of these layers
     assert "layers.0.hidden_norm.weight" in load_file(tmp_path / "speculators" / "model.safetensors")
+    assert "embed_tokens.weight" not in w  # the engines take the target's own embedding
+    # OpenVINO's exporter reads the draft's own: written on request, and a read-back draft unchanged by it
+    export_draft(model, tiny, tmp_path / "with-embedding", "specforge", embeddings=True)
+    embed = load_file(tmp_path / "with-embedding" / "model.safetensors")["embed_tokens.weight"]
+    assert torch.equal(embed, tiny.model.get_input_embeddings().weight.float())
+    back = load_exported(tmp_path / "with-embedding", tiny)
+    assert all(torch.equal(a, b) for a, b in zip(back.state_dict().values(),
+                                                 load_exported(tmp_path / "specforge", tiny).state_dict().values()))
+    with pytest.raises(Clover2Error, match="EAGLE-3 exports only"):
+        export_draft(_draft(tiny, "eagle1"), tiny, tmp_path / "e1", "eagle", embeddings=True)
 
 
 def test_an_export_refuses_the_wrong_architecture_format_or_target(tmp_path):

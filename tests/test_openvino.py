@@ -17,7 +17,9 @@ from clover2.drafts.methods import MethodSpec
 from clover2.errors import Clover2Error
 from clover2.load import _HELPERS
 from clover2.measure.bench import BenchConfig
-from clover2.measure.openvino_engine import EXACT, OpenVino, Pipeline
+from clover2.measure.openvino_engine import EXACT, OpenVino, Pipeline, speculation
+
+ROOT = Path(__file__).parents[1]
 
 FAKE_GENAI = r'''
 import json, os
@@ -36,6 +38,8 @@ class GenerationConfig:
     pass
 class TokenizedInputs:
     def __init__(self, ids, mask): self.ids = ids
+def draft_model(path, device, **properties):
+    return {"draft": path, "device": device, "properties": properties}
 class LLMPipeline:
     def __init__(self, model, device, **properties):
         self.log = os.environ["FAKE_GENAI_LOG"]
@@ -70,9 +74,16 @@ def test_the_openvino_methods_grammar():
     assert MethodSpec.parse("openvino").label == "openvino"
     assert MethodSpec.parse("openvino+pld").label == "openvino+pld@chain3"
     assert MethodSpec.parse("openvino+pld@chain5!defaults").label == "openvino+pld@chain5!defaults"
+    spec = MethodSpec.parse("openvino+eagle3=/drafts/eagle3")
+    assert (spec.label, spec.arch, spec.is_draft) == ("openvino+eagle3@chain3=eagle3", "eagle3", True)
+    assert MethodSpec.parse("openvino+eagle3@dynamic:6:3:2=/d").tree == "dynamic:6:3:2"  # OpenVINO's EAGLE-3 tree
     for bad, why in [("openvino@chain3", "openvino's plain decoding takes no tree"),
-                     ("openvino+pld@eagle25", "openvino verifies chains"), ("openvino/1", "openvino methods are "
-                     "measured greedy"), ("openvino!static", "only 'defaults'"), ("openvino+pld=/x", "takes a draft")]:
+                     ("openvino+pld@eagle25", "openvino\\+pld verifies chains: write @chainK \\(K >= 1\\)$"),
+                     ("openvino+pld@dynamic:6:3:2", "verifies chains"),
+                     ("openvino+eagle3@eagle25=/d", "chainK \\(K >= 1\\), or @dynamic:BUDGET:DEPTH:TOPK"),
+                     ("openvino+eagle3@dynamic:0:3:2=/d", "bad dynamic tree"),
+                     ("openvino/1", "openvino methods are measured greedy"), ("openvino!static", "only 'defaults'"),
+                     ("openvino+pld=/x", "take a draft")]:
         with pytest.raises(Clover2Error, match=why):
             MethodSpec.parse(bad)
 
@@ -94,7 +105,8 @@ def test_a_bench_with_openvino_methods_needs_the_engine_and_its_plain_decoding(f
 
 def test_a_pipeline_decodes_token_ids_greedily_with_f32_numerics_and_counts_the_steps(fake_ov, tmp_path):
     log = tmp_path / "genai"
-    pipeline = Pipeline(fake_ov, tmp_path / "model", tmp_path / "pipeline.log", lookup=4, threads=2)
+    pipeline = Pipeline(fake_ov, tmp_path / "model", tmp_path / "pipeline.log", threads=2,
+                        speculation=speculation(MethodSpec.parse("openvino+pld@chain4")))
     with pipeline:
         pid = pipeline.process.pid
         assert pid in _HELPERS  # its CPU time counts as the benchmark's own
@@ -107,6 +119,7 @@ def test_a_pipeline_decodes_token_ids_greedily_with_f32_numerics_and_counts_the_
     assert loaded["properties"] == {"prompt_lookup": True, "INFERENCE_NUM_THREADS": 2, **EXACT}
     request = json.loads(Path(str(log) + ".request").read_text())
     assert request["prompt"] == [7] and request["config"]["do_sample"] is False
+    assert (request["config"]["num_assistant_tokens"], request["config"]["max_ngram_size"]) == (4, 3)
     # 5 tokens: the prefill's first, then 4 over 2 steps; decoding took 30 - 10 ms
     assert run.output_ids == [4, 5, 6, 7, 8] and (run.steps, run.step_tokens) == (2, 4)
     assert run.decode_s == pytest.approx(0.02) and run.seconds > 0
@@ -117,6 +130,21 @@ def test_a_pipeline_decodes_token_ids_greedily_with_f32_numerics_and_counts_the_
     assert loaded["properties"] == {"INFERENCE_NUM_THREADS": 1}  # the engine's own defaults, no prompt lookup
     request = json.loads(Path(str(log) + ".request").read_text())
     assert "num_assistant_tokens" not in request["config"]
+
+
+def test_an_eagle3_pipeline_loads_its_draft_with_the_target_numerics_and_sets_its_tree(fake_ov, tmp_path):
+    log = tmp_path / "genai"
+    for tree, generation in [("chain2", {"num_assistant_tokens": 2}),
+                             ("dynamic:6:3:2", {"num_assistant_tokens": 6, "tree_depth": 3, "branching_factor": 2})]:
+        settings = speculation(MethodSpec.parse(f"openvino+eagle3@{tree}=/d"), tmp_path / "draft")
+        with Pipeline(fake_ov, tmp_path / "model", tmp_path / "pipeline.log", speculation=settings) as pipeline:
+            pipeline.complete([1, 2], 3)
+        loaded = json.loads(Path(str(log) + ".load").read_text())
+        assert loaded["properties"] == {"draft_model": {"draft": str(tmp_path / "draft"), "device": "CPU", "properties":
+                                                        {"INFERENCE_NUM_THREADS": 1, **EXACT}},
+                                        "INFERENCE_NUM_THREADS": 1, **EXACT}
+        config = json.loads(Path(str(log) + ".request").read_text())["config"]
+        assert {k: config[k] for k in generation} == generation and "max_ngram_size" not in config
 
 
 def test_a_pipeline_that_cannot_load_says_why(fake_ov, tmp_path, monkeypatch):
@@ -137,11 +165,18 @@ def test_openvino_greedy_decoding_equals_clover2s(tmp_path):
     prompts = [target.encode_chat([{"role": "user", "content": text}]) for text in
                ("Rewrite this: the cat sat on the mat, and the cat was happy.", "What is 17 times 23?")]
     ov = OpenVino.at(os.environ["CLOVER2_OPENVINO"])
-    specs = [MethodSpec.parse("openvino"), MethodSpec.parse("openvino+pld@chain3")]
+    draft = ROOT / "results" / "study" / "drafts" / "eagle3"  # the study's published EAGLE-3 draft
+    specs = [MethodSpec.parse(m) for m in ("openvino", "openvino+pld@chain3", f"openvino+eagle3@chain3={draft}",
+                                           f"openvino+eagle3@dynamic:6:3:2={draft}")]
     with ExitStack() as stack:
         methods, record = openvino_methods(ov, specs, target, max_new_tokens=24, threads=2, log_dir=tmp_path,
                                            stack=stack)
+        accepted = []
         for prompt in prompts:
             plain = generate(target, NoDrafter(), prompt, DecodeConfig(max_new_tokens=24)).output_ids
-            assert [m.run(prompt).output_ids for m in methods] == [plain, plain]
+            runs = [m.run(prompt) for m in methods]
+            assert [r.output_ids for r in runs] == [plain] * 4
+            accepted.append(runs[2].step_tokens / runs[2].steps)
+    assert max(accepted) > 1.1  # the draft is read as trained: it proposes tokens the target accepts
     assert record["engine"] == "OpenVINO GenAI" and record["version"]
+    assert record["drafts"][specs[2].label]["openvino"].startswith("eagle3-")

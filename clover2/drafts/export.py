@@ -54,6 +54,7 @@ from clover2.files import atomic_path, write_json
 FORMATS = {"specforge": ("eagle3",), "speculators": ("eagle3",), "eagle": ("eagle1",), "medusa": ("medusa",),
            "clover": ("clover2", "clover1")}
 WEIGHTS, CONFIG, OURS, HOT_TOKENS = "model.safetensors", "config.json", "clover2.json", "hot_token_map.pt"
+EMBEDDING = "embed_tokens.weight"  # the target's input embedding, where an engine reads it from the draft
 LLAMA_SHAPED = ("llama", "qwen2")  # target families whose decoder layer the formats' Llama layer holds
 
 
@@ -74,8 +75,11 @@ def _rename(name: str, pairs: list[tuple[str, str]]) -> str:
     return next((new + name[len(old):] for old, new in pairs if name.startswith(old)), name)
 
 
-def export_draft(model: DraftModel, target: Target, out: Path, fmt: str, *, source_sha256: str = "") -> Path:
-    """Write `model` (a draft for `target`) into `out` in format `fmt`; returns `out`."""
+def export_draft(model: DraftModel, target: Target, out: Path, fmt: str, *, source_sha256: str = "",
+                 embeddings: bool = False) -> Path:
+    """Write `model` (a draft for `target`) into `out` in format `fmt`; returns `out`. With `embeddings`
+    (the EAGLE-3 formats), the target's input embedding goes in too, as `embed_tokens.weight`: SGLang and
+    vLLM take the target's own, OpenVINO's exporter (optimum-intel) reads the draft's."""
     if fmt not in FORMATS:
         raise Clover2Error(f"unknown export format {fmt!r}; known: {', '.join(FORMATS)}")
     if model.arch not in FORMATS[fmt]:
@@ -94,6 +98,10 @@ def export_draft(model: DraftModel, target: Target, out: Path, fmt: str, *, sour
         weights["lm_head.weight"] = state["lm_head.weight"][order]
     else:  # the engine reads the target's own head
         del weights["lm_head.weight"]
+    if embeddings:
+        if model.arch != "eagle3":
+            raise Clover2Error(f"the target's embedding goes into EAGLE-3 exports only, not {model.arch}")
+        weights[EMBEDDING] = target.model.get_input_embeddings().weight.detach().float().cpu()
     if fmt != "eagle":
         ids = state["d2t"][order]
         weights["d2t"] = ids - torch.arange(len(ids))  # draft id + d2t[draft id] = target id
@@ -173,7 +181,7 @@ def load_exported(folder: str | Path, target: Target) -> DraftModel:
                            f"{target.name!r} (its weights differ)")
     weights = load_file(folder / WEIGHTS)
     back = [(theirs, mine) for mine, theirs in _renames(fmt, ours["draft_config"]["num_heads"])]
-    state = {_rename(k, back): v for k, v in weights.items() if k not in ("d2t", "t2d")}
+    state = {_rename(k, back): v for k, v in weights.items() if k not in ("d2t", "t2d", EMBEDDING)}
     # the LM head of an `eagle` export is the target's own, cut to the hot tokens when the draft is built
     d2t = torch.load(folder / HOT_TOKENS) if fmt == "eagle" else weights["d2t"] + torch.arange(len(weights["d2t"]))
     config = DraftConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in ours["draft_config"].items()})

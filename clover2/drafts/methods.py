@@ -12,8 +12,10 @@ EAGLE-2's dynamic tree `dynamic:BUDGET:DEPTH:TOPK`, or `fitted` (the dynamic tre
 each copy source's budget, fitted to the machine by `clover2.measure.fit`, benchmark only).
 `llama.cpp`, `llama.cpp+pld@chainK` and `llama.cpp+eagle3@chainK` (benchmark only, greedy) are
 llama.cpp's server: its plain decoding, its prompt lookup and a trained EAGLE-3 draft converted for
-it (`clover2.measure.engine`); `openvino` and `openvino+pld@chainK` OpenVINO GenAI's plain decoding and
-prompt lookup (`clover2.measure.openvino_engine`); each with `!defaults` at the engine's own numerics. `!ENGINE`
+it (`clover2.measure.engine`); `openvino`, `openvino+pld@chainK` and `openvino+eagle3@chainK` (or
+`@dynamic:BUDGET:DEPTH:TOPK`, OpenVINO's EAGLE-3 tree) OpenVINO GenAI's plain decoding, prompt lookup and a
+trained EAGLE-3 draft exported for it (`clover2.measure.openvino_engine`); each with `!defaults` at the
+engine's own numerics. `!ENGINE`
 runs the target (and the draft, where it can) on another engine of `clover2.decoding.cache`:
 `!static` (a preallocated KV cache at bucketed shapes) or `!graphs` (the same, replayed as CUDA
 graphs on a GPU); without it, the eager reference.
@@ -50,9 +52,10 @@ HYBRIDS = {f"{copy}+{arch}": copy for copy in ("pld", "suffix") for arch in ARCH
 UNIONS = tuple(f"union+{arch}" for arch in ARCHITECTURES)  # copying and the draft in one tree
 TREE_METHODS = (*ARCHITECTURES, *HYBRIDS, *UNIONS, "tr")  # the names that take a tree
 # other engines' methods, by engine: llama.cpp's server (clover2.measure.engine): plain, prompt lookup and
-# EAGLE-3; OpenVINO GenAI (clover2.measure.openvino_engine): plain and prompt lookup; all but plain with a chain
+# EAGLE-3; OpenVINO GenAI (clover2.measure.openvino_engine): the same three; all but plain with a chain
+# (OpenVINO's EAGLE-3 also with its dynamic tree)
 ENGINES_ELSEWHERE = {"llama.cpp": ("llama.cpp", "llama.cpp+pld", "llama.cpp+eagle3"),
-                     "openvino": ("openvino", "openvino+pld")}
+                     "openvino": ("openvino", "openvino+pld", "openvino+eagle3")}
 ENGINE_METHODS = tuple(name for names in ENGINES_ELSEWHERE.values() for name in names)
 ENGINE_DEFAULTS = "defaults"  # `llama.cpp!defaults`: the engine's own numerics (attention, precision), not f32
 
@@ -120,19 +123,24 @@ class MethodSpec:
     @classmethod
     def _engine(cls, spec: str, name: str, tree: str, temperature: str, path: str, engine: str) -> MethodSpec:
         """Another engine's method (llama.cpp, OpenVINO): greedy; a chain of K tokens for prompt lookup and
-        EAGLE-3 (default 3, llama.cpp's own default), none for plain decoding; EAGLE-3's trained draft folder
-        after '='; with `!defaults`, the engine's own numerics (llama.cpp: an f16 KV cache, flash attention;
-        OpenVINO: its inference precision and KV cache) instead of f32."""
+        EAGLE-3 (default 3, llama.cpp's own default), or OpenVINO's EAGLE-3 tree `dynamic:BUDGET:DEPTH:TOPK`
+        (its num_assistant_tokens, tree_depth, branching_factor), none for plain decoding; EAGLE-3's trained
+        draft folder after '='; with `!defaults`, the engine's own numerics (llama.cpp: an f16 KV cache, flash
+        attention; OpenVINO: its inference precision and KV cache) instead of f32."""
         plain = engine_of(name)
         if temperature and temperature.strip() not in ("0", "0.0"):
             raise Clover2Error(f"{spec!r}: the {plain} methods are measured greedy (no '/TEMPERATURE')")
         if name == plain and (tree or path):
             raise Clover2Error(f"{spec!r}: {plain}'s plain decoding takes no tree and no draft")
         tree = tree or "chain3"
-        if name != plain and not (tree.startswith("chain") and tree[5:].isdigit() and int(tree[5:]) >= 1):
-            raise Clover2Error(f"{spec!r}: {plain} verifies chains, not trees: write @chainK (K >= 1)")
-        if path and name != "llama.cpp+eagle3":
-            raise Clover2Error(f"{spec!r}: only llama.cpp+eagle3 takes a draft")
+        chain = tree.startswith("chain") and tree[5:].isdigit() and int(tree[5:]) >= 1
+        if name == "openvino+eagle3" and tree.startswith("dynamic"):
+            parse_tree(tree)  # a bad tree fails here
+        elif name != plain and not chain:
+            raise Clover2Error(f"{spec!r}: {name} verifies chains: write @chainK (K >= 1)"
+                               + (", or @dynamic:BUDGET:DEPTH:TOPK" if name == "openvino+eagle3" else ""))
+        if path and not name.endswith("+eagle3"):
+            raise Clover2Error(f"{spec!r}: only the engines' EAGLE-3 methods take a draft")
         return cls(name, "" if name == plain else tree, 0.0, Path(path) if path else None, engine,
                    Path(path).name if path else "")
 

@@ -121,6 +121,18 @@ def engine_home(target: Target, engine: str) -> tuple[Path, Path]:
     return home, home / "target-hf"
 
 
+def eagle3_export(spec: MethodSpec, target: Target, home: Path, fmt: str, *,
+                  embeddings: bool = False) -> tuple[str, Path]:
+    """The SHA-256 of the weights of `spec`'s trained EAGLE-3 draft, and the draft exported for `target` in
+    format `fmt` (clover2.drafts.export) into an engine's `home`, once (keyed by the weights)."""
+    sha = json.loads((spec.draft / SIDECAR).read_text())["weights_sha256"]
+    out = home / (f"eagle3-{sha[:12]}-{fmt}" + ("-embedding" if embeddings else ""))
+    if not (out / "config.json").exists():  # written last
+        export_draft(load_draft(spec.draft, target, weights="float"), target, out, fmt, source_sha256=sha,
+                     embeddings=embeddings)
+    return sha, out
+
+
 def stopped(process: subprocess.Popen, log) -> None:
     """A benchmark's helper process, asked to stop, waited for (killed after 30 s) and no longer counted as the
     benchmark's own; its log closed."""
@@ -211,12 +223,8 @@ def engine_methods(cpp: LlamaCpp, specs: list[MethodSpec], target: Target, *, ma
     for s in (s for s in specs if engine_of(s.name) == "llama.cpp"):
         draft = None
         if s.name == "llama.cpp+eagle3":
-            sha = json.loads((s.draft / SIDECAR).read_text())["weights_sha256"]
-            draft = home / f"eagle3-{sha[:12]}-f32.gguf"
-            if not draft.exists():
-                exported = export_draft(load_draft(s.draft, target, weights="float"), target,
-                                        home / f"eagle3-{sha[:12]}-speculators", "speculators", source_sha256=sha)
-                cpp.convert(exported, draft, target_dir=folder)
+            sha, exported = eagle3_export(s, target, home, "speculators")
+            draft = cpp.convert(exported, home / f"eagle3-{sha[:12]}-f32.gguf", target_dir=folder)
             record["drafts"][s.label] = {"weights_sha256": sha, "gguf": draft.name}
         n_max = int(s.tree.removeprefix("chain")) if s.tree else 0
         exact = s.engine != ENGINE_DEFAULTS

@@ -8,7 +8,12 @@ same prompts as clover2's methods, interleaved with them prompt by prompt (`clov
 
 - `openvino`: its plain greedy decoding;
 - `openvino+pld@chainK`: its prompt lookup (`prompt_lookup=True`), K tokens a step, looking up the last
-  3 tokens as clover2's prompt lookup does.
+  3 tokens as clover2's prompt lookup does;
+- `openvino+eagle3@chainK=DRAFT` and `openvino+eagle3@dynamic:BUDGET:DEPTH:TOPK=DRAFT`: a trained EAGLE-3
+  draft (`draft_model`), K tokens a step, or its tree of DEPTH levels keeping TOPK candidates a level and
+  verifying the best BUDGET (`num_assistant_tokens`, `tree_depth`, `branching_factor`). The draft is
+  written in SpecForge's layout with the target's embedding (`clover2.drafts.export`) and exported by
+  optimum-intel at f32 like the target (its EAGLE-3 model is optimum-intel's own code: `--trust-remote-code`).
 
 The target is exported by optimum-intel (`optimum-cli export openvino --weight-format fp32`) from the
 very weights clover2 loads, and run with f32 inference precision and an f32 KV cache (the engine's
@@ -23,22 +28,26 @@ the benchmark's own (`clover2.load.count_as_own`), not as other load.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from clover2.decoding.prompt_lookup import PromptLookupConfig
 from clover2.decoding.target import Target
-from clover2.drafts.methods import ENGINE_DEFAULTS, MethodSpec, engine_of
+from clover2.drafts.drafter import DynamicTree
+from clover2.drafts.methods import ENGINE_DEFAULTS, MethodSpec, engine_of, parse_tree
 from clover2.errors import Clover2Error
 from clover2.files import atomic_path
 from clover2.load import count_as_own
-from clover2.measure.engine import engine_home, stopped
+from clover2.measure.engine import eagle3_export, engine_home, stopped
 from clover2.measure.runs import Method, Run
 
 WORKER = Path(__file__).with_name("openvino_worker.py")
 # the exact path: the model clover2 computes (see the module's docstring); `!defaults`: the engine's own
 EXACT = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
+LOOKUP_NGRAM = PromptLookupConfig().max_ngram  # the n-gram prompt lookup matches, as clover2's
 
 
 @dataclass(frozen=True)
@@ -57,27 +66,42 @@ class OpenVino:
                                f"`.ci/openvino`):\n{done.stderr[-1000:]}")
         return ov
 
-    def export(self, source: Path, out: Path) -> Path:
-        """`source` (a Hugging Face folder) as an OpenVINO model with f32 weights at `out`, unless already there."""
+    def export(self, source: Path, out: Path, *, remote_code: bool = False) -> Path:
+        """`source` (a Hugging Face folder) as an OpenVINO model with f32 weights at `out`, unless already there;
+        `remote_code`: a model whose code is optimum-intel's own (an EAGLE-3 draft). No hub is asked."""
         if (out / "openvino_model.xml").exists():
             return out
         with atomic_path(out) as tmp:
             done = subprocess.run([str(self.python), "-m", "optimum.commands.optimum_cli", "export", "openvino",
                                    "--model", str(source), "--task", "text-generation-with-past",
-                                   "--weight-format", "fp32", str(tmp)], capture_output=True, text=True)
+                                   "--weight-format", "fp32", *(["--trust-remote-code"] if remote_code else []),
+                                   str(tmp)], capture_output=True, text=True, env=os.environ | {"HF_HUB_OFFLINE": "1"})
             if done.returncode:
                 raise Clover2Error(f"optimum-intel could not export {source}:\n{done.stderr[-2000:]}")
         return out
 
 
-class Pipeline:
-    """One OpenVINO GenAI pipeline (plain decoding, or prompt lookup of `lookup` tokens) in its own process."""
+def speculation(spec: MethodSpec, draft: Path | None = None) -> dict:
+    """What the worker sets up for method `spec` (`draft`: its EAGLE-3 draft exported for OpenVINO): the
+    pipeline's prompt lookup or draft model, and the generation config's fields; {} for plain decoding."""
+    if not spec.tree:
+        return {}
+    tree = parse_tree(spec.tree)
+    steps = ({"num_assistant_tokens": tree.budget, "tree_depth": tree.depth, "branching_factor": tree.top_k}
+             if isinstance(tree, DynamicTree) else {"num_assistant_tokens": tree.max_depth})
+    if spec.name == "openvino+pld":
+        return {"prompt_lookup": True, "generation": steps | {"max_ngram_size": LOOKUP_NGRAM}}
+    return {"draft": str(draft), "generation": steps}
 
-    def __init__(self, ov: OpenVino, model: Path, log: Path, *, lookup: int = 0, threads: int = 1,
+
+class Pipeline:
+    """One OpenVINO GenAI pipeline (plain decoding, or speculative decoding as `speculation` sets it up) in its
+    own process."""
+
+    def __init__(self, ov: OpenVino, model: Path, log: Path, *, speculation: dict | None = None, threads: int = 1,
                  exact: bool = True):
         properties = {"INFERENCE_NUM_THREADS": threads, **(EXACT if exact else {})}
-        self.args = [str(ov.python), str(WORKER), str(model), json.dumps(properties)] + ([str(lookup)] if lookup
-                                                                                         else [])
+        self.args = [str(ov.python), str(WORKER), str(model), json.dumps(properties), json.dumps(speculation or {})]
         self.log = log
 
     def __enter__(self) -> Pipeline:
@@ -118,15 +142,19 @@ def openvino_methods(ov: OpenVino, specs: list[MethodSpec], target: Target, *, m
     home, folder = engine_home(target, "OpenVINO")
     model = ov.export(folder, home / "openvino-f32")
     log_dir.mkdir(parents=True, exist_ok=True)
-    methods, record = [], {"engine": "OpenVINO GenAI", "threads": threads, "weights": "f32",
+    methods, record = [], {"engine": "OpenVINO GenAI", "threads": threads, "weights": "f32", "drafts": {},
                            "settings": {"": EXACT, ENGINE_DEFAULTS: "the engine's defaults"}}
     for s in (s for s in specs if engine_of(s.name) == "openvino"):
+        draft = None
+        if s.name == "openvino+eagle3":
+            sha, exported = eagle3_export(s, target, home, "specforge", embeddings=True)
+            draft = ov.export(exported, home / f"eagle3-{sha[:12]}-openvino-f32", remote_code=True)
+            record["drafts"][s.label] = {"weights_sha256": sha, "openvino": draft.name}
         exact = s.engine != ENGINE_DEFAULTS
         pipeline = stack.enter_context(Pipeline(ov, model, log_dir / f"{s.label.replace('/', '_')}.log",
-                                                lookup=int(s.tree.removeprefix("chain")) if s.tree else 0,
-                                                threads=threads, exact=exact))
+                                                speculation=speculation(s, draft), threads=threads, exact=exact))
         record["version"] = pipeline.version
         plain = "openvino" + ("" if exact else f"!{ENGINE_DEFAULTS}")
         methods.append(Method(s, lambda prompt, p=pipeline: p.complete(prompt, max_new_tokens),
-                              reference="ar" if s.label == plain else plain))
+                              reference="ar" if s.label == plain else plain, draft_weights="float" if draft else ""))
     return methods, record
