@@ -17,7 +17,8 @@ ENGINE_NAMES = {"ar": "clover2, plain decoding", "pld": "clover2, prompt lookup"
                 "pld+eagle3": "clover2, prompt lookup + EAGLE-3",
                 "llama.cpp": "llama.cpp, plain decoding", "llama.cpp+pld": "llama.cpp, prompt lookup",
                 "llama.cpp+eagle3": "llama.cpp, EAGLE-3 (same draft)",
-                "openvino": "OpenVINO GenAI, plain decoding", "openvino+pld": "OpenVINO GenAI, prompt lookup"}
+                "openvino": "OpenVINO GenAI, plain decoding", "openvino+pld": "OpenVINO GenAI, prompt lookup",
+                "openvino+eagle3": "OpenVINO GenAI, EAGLE-3 (same draft)"}
 ENGINE_TITLES = {"llama.cpp": "llama.cpp", "openvino": "OpenVINO GenAI"}
 
 
@@ -60,10 +61,18 @@ class EngineRun:
     @staticmethod
     def name(method: str) -> str:
         spec = MethodSpec.parse(method)
-        return (ENGINE_NAMES.get(spec.name, spec.name) + (f", {spec.tree.removeprefix('chain')}-token chain"
-                                                          if spec.tree.startswith("chain") else
-                                                          ", fitted tree" if spec.tree else "")
-                + (", own numerics" if spec.engine == "defaults" else ""))
+        return ENGINE_NAMES.get(spec.name, spec.name) + tree_words(spec.tree) + (
+            ", own numerics" if spec.engine == "defaults" else "")
+
+
+def tree_words(tree: str) -> str:
+    """A method's tree as the table says it: ", 3-token chain", ", tree of 6 (depth 3, top 2)", ", fitted tree"."""
+    if tree.startswith("chain"):
+        return f", {tree.removeprefix('chain')}-token chain"
+    if tree.startswith("dynamic:"):
+        budget, depth, top = tree.split(":")[1:]
+        return f", tree of {budget} (depth {depth}, top {top})"
+    return ", fitted tree" if tree else ""
 
 
 def engines(results: Path) -> str:
@@ -76,12 +85,14 @@ def engines(results: Path) -> str:
     rows, env, name, ratio = run.rows, run.env, run.name, run.ratio
     fastest = run.fastest()  # by the page's one speed statistic, over clover2's plain decoding
     taus = {(s.name, s.tree): t for s, t in zip(map(MethodSpec.parse, rows.method), rows.tau) if s.engine != "defaults"}
-    chains = [t for (n, t) in taus if n == "eagle3" and ("llama.cpp+eagle3", t) in taus]
+    same = {t: [e for e in ENGINE_TITLES if (f"{e}+eagle3", t) in taus] for (n, t) in taus if n == "eagle3"}
     said = [f"{ENGINE_TITLES[e]}'s plain decoding runs {ratio(e)[1]} as fast as clover2's"
             for e in ENGINE_TITLES if e in rows.index]
     lead = ("The same draft accepts " + "; ".join(
-        f"{taus['llama.cpp+eagle3', t]:.3f} tokens per step in llama.cpp and {taus['eagle3', t]:.3f} in clover2 on "
-        f"the {t.removeprefix('chain')}-token chain" for t in chains) + ". " if chains else "") + (
+        ", ".join(f"{taus[f'{e}+eagle3', t]:.3f}" + (" tokens per step" if i == 0 else "") + f" in {ENGINE_TITLES[e]}"
+                  for i, e in enumerate(engines)) + f" and {taus['eagle3', t]:.3f} in clover2 on the"
+        + tree_words(t).removeprefix(",") for t, engines in same.items() if engines) + ". "
+        if any(same.values()) else "") + (
         "; ".join(said) + ". " if said else "") + (  # (llama.cpp is never capitalised)
         f"The fastest exact method here is {name(fastest)}, {ratio(fastest)[0]:.2f}x clover2's plain decoding"
         + (f" and {ratio(fastest, run.plain(fastest))[0]:.2f}x its engine's" if run.plain(fastest) not in
@@ -91,7 +102,7 @@ def engines(results: Path) -> str:
     numerics = ([f"llama.cpp's {env['llama_cpp']['attention']['!defaults'].partition(': ')[2]}"]
                 if "llama_cpp" in env else [])  # an engine's own numerics, where they are not f32
     numerics += ["OpenVINO GenAI's bf16 arithmetic (where the CPU has it) and u8 KV cache"] if "openvino" in env else []
-    draft = next(iter(env.get("llama_cpp", {}).get("drafts", {}).values()), {})
+    draft = next(iter(env.get("llama_cpp", env.get("openvino", {})).get("drafts", {}).values()), {})
     lines = [lead + f"Measured on {env['cpu_name']} ({env['cpu_count']} cores, {env['torch_threads']} threads "
              f"for each), clover2 commit {env['commit']}, {', '.join(versions)}; every engine at f32 (weights, "
              f"arithmetic, KV cache; \"own numerics\": {'; '.join(numerics)}); {int(rows.n_prompts.max())} "
