@@ -14,6 +14,13 @@ same prompts as clover2's methods, interleaved with them prompt by prompt (`clov
   verifying the best BUDGET (`num_assistant_tokens`, `tree_depth`, `branching_factor`). The draft is
   written in SpecForge's layout with the target's embedding (`clover2.drafts.export`) and exported by
   optimum-intel at f32 like the target (its EAGLE-3 model is optimum-intel's own code: `--trust-remote-code`).
+  OpenVINO GenAI does not read the draft's target layers from its config: unless the model says otherwise
+  (`hidden_layers_list` in its runtime info), it takes the outputs of layers 2, L/2 and L-3, one layer past
+  the inputs of those layers that EAGLE-3 reads (clover2's and the official code's choice). The draft
+  still runs and greedy output stays exact, but it reads features it was not trained on; so the exported
+  draft's runtime info is given the layers the export's config names (`eagle_aux_hidden_state_layer_ids`,
+  outputs read; `read_layers`). Its Python binding cannot pass that list as a property (it wants 32-bit
+  integers and makes 64-bit ones).
 
 The target is exported by optimum-intel (`optimum-cli export openvino --weight-format fp32`) from the
 very weights clover2 loads, and run with f32 inference precision and an f32 KV cache (the engine's
@@ -33,6 +40,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from xml.etree import ElementTree
 
 from clover2.decoding.prompt_lookup import PromptLookupConfig
 from clover2.decoding.target import Target
@@ -79,6 +87,24 @@ class OpenVino:
             if done.returncode:
                 raise Clover2Error(f"optimum-intel could not export {source}:\n{done.stderr[-2000:]}")
         return out
+
+
+def read_layers(draft: Path, layers: list[int]) -> None:
+    """The exported EAGLE-3 `draft` told to read the outputs of the target's `layers` (its runtime info's
+    `hidden_layers_list`, which OpenVINO GenAI takes over its default), unless it already is; the model's
+    XML is rewritten atomically, its weights untouched."""
+    xml = draft / "openvino_model.xml"
+    tree = ElementTree.parse(xml)
+    info = tree.getroot().find("rt_info")
+    value = " ".join(map(str, layers))
+    entry = info.find("hidden_layers_list")
+    if entry is not None and entry.get("value") == value:
+        return
+    if entry is None:
+        entry = ElementTree.SubElement(info, "hidden_layers_list")
+    entry.set("value", value)
+    with atomic_path(xml) as tmp:
+        tree.write(tmp, encoding="utf-8", xml_declaration=True)
 
 
 def speculation(spec: MethodSpec, draft: Path | None = None) -> dict:
@@ -149,7 +175,10 @@ def openvino_methods(ov: OpenVino, specs: list[MethodSpec], target: Target, *, m
         if s.name == "openvino+eagle3":
             sha, exported = eagle3_export(s, target, home, "specforge", embeddings=True)
             draft = ov.export(exported, home / f"eagle3-{sha[:12]}-openvino-f32", remote_code=True)
-            record["drafts"][s.label] = {"weights_sha256": sha, "openvino": draft.name}
+            layers = json.loads((exported / "config.json").read_text())["eagle_config"][
+                "eagle_aux_hidden_state_layer_ids"]  # outputs read, as OpenVINO GenAI numbers them
+            read_layers(draft, layers)
+            record["drafts"][s.label] = {"weights_sha256": sha, "openvino": draft.name, "layers_read": layers}
         exact = s.engine != ENGINE_DEFAULTS
         pipeline = stack.enter_context(Pipeline(ov, model, log_dir / f"{s.label.replace('/', '_')}.log",
                                                 speculation=speculation(s, draft), threads=threads, exact=exact))
