@@ -217,7 +217,9 @@ def test_hybrids_take_their_copy_source_where_it_proposes_and_the_draft_elsewher
 
 
 @pytest.mark.parametrize("spec", ["hydra", "pld@eagle25", "ar/hot", "suffix@eagle25", "tr@dynamic:8:3:4",
-                                  "tr@fitted", "pld+hydra", "suffix+pld", "ar!turbo", "ar!eager", "hf!graphs", "ar!"])
+                                  "tr@fitted", "pld+hydra", "suffix+pld", "ar!turbo", "ar!eager", "hf!graphs", "ar!",
+                                  "eagle1@dynamic:6:3", "eagle1@dynamic", "eagle1@dynamicX:6:3:2",
+                                  "openvino+eagle3@dynamic:6:3=/d"])
 def test_bad_method_specs_are_refused(spec):
     with pytest.raises(Clover2Error):
         MethodSpec.parse(spec)

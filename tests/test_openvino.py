@@ -162,6 +162,14 @@ def test_an_exported_draft_is_told_the_target_layers_it_was_trained_on(tmp_path)
     assert (xml.stat().st_mtime_ns, xml.stat().st_ino) == before
     read_layers(tmp_path, [2, 15, 27])  # told otherwise: one entry, the new layers
     assert [e.get("value") for e in ElementTree.parse(xml).getroot().iter("hidden_layers_list")] == ["2 15 27"]
+    xml.write_text('<net name="m"><layers /></net>')  # no runtime info yet: it gets one
+    read_layers(tmp_path, [1, 14, 26])
+    assert ElementTree.parse(xml).getroot().find("rt_info/hidden_layers_list").get("value") == "1 14 26"
+    xml.write_text('<net name="m"><layers>')  # cut short: said, with the way out
+    with pytest.raises(Clover2Error, match="not a readable OpenVINO model.*export it again"):
+        read_layers(tmp_path, [1, 14, 26])
+    with pytest.raises(Clover2Error, match="no OpenVINO draft model"):
+        speculation(MethodSpec.parse("openvino+eagle3@chain3=/d"))
 
 
 def test_a_pipeline_that_cannot_load_says_why(fake_ov, tmp_path, monkeypatch):

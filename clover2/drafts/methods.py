@@ -166,8 +166,11 @@ class MethodSpec:
 def parse_tree(spec: str) -> Tree | DynamicTree:
     """A static preset name (eagle25, medusa63, chainK) or `dynamic:BUDGET:DEPTH:TOPK`."""
     if spec.startswith("dynamic"):
+        head, *sizes = spec.split(":")
         try:
-            return DynamicTree(*map(int, spec.split(":")[1:]))
+            if head != "dynamic" or len(sizes) != 3:
+                raise ValueError
+            return DynamicTree(*map(int, sizes))
         except (TypeError, ValueError):
             raise Clover2Error(f"bad dynamic tree {spec!r}; write dynamic:BUDGET:DEPTH:TOPK, "
                                "e.g. dynamic:24:5:8") from None

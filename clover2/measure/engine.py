@@ -44,7 +44,7 @@ import torch
 from clover2.decoding.prompt_lookup import PromptLookupConfig
 from clover2.decoding.target import Target
 from clover2.drafts.checkpoint import SIDECAR, load_draft, target_record
-from clover2.drafts.export import export_draft
+from clover2.drafts.export import OURS, export_draft
 from clover2.drafts.methods import ENGINE_DEFAULTS, MethodSpec, engine_of
 from clover2.errors import Clover2Error
 from clover2.files import atomic_path
@@ -127,7 +127,7 @@ def eagle3_export(spec: MethodSpec, target: Target, home: Path, fmt: str, *,
     format `fmt` (clover2.drafts.export) into an engine's `home`, once (keyed by the weights)."""
     sha = json.loads((spec.draft / SIDECAR).read_text())["weights_sha256"]
     out = home / (f"eagle3-{sha[:12]}-{fmt}" + ("-embedding" if embeddings else ""))
-    if not (out / "config.json").exists():  # written last
+    if not (out / OURS).exists():  # written last
         export_draft(load_draft(spec.draft, target, weights="float"), target, out, fmt, source_sha256=sha,
                      embeddings=embeddings)
     return sha, out

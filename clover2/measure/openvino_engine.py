@@ -1,5 +1,5 @@
-"""OpenVINO GenAI beside clover2: the CPU engine Intel ships for LLMs, its plain decoding and prompt lookup as
-benchmark methods.
+"""OpenVINO GenAI beside clover2: the CPU engine Intel ships for LLMs, its plain decoding, prompt lookup and
+EAGLE-3 drafts as benchmark methods.
 
 A user who deploys a small model on a CPU may pick OpenVINO GenAI's `LLMPipeline`: a compiled graph with
 its own kernels, not a PyTorch loop. The benchmark runs it in the Python that has it (`OpenVino.python`:
@@ -94,8 +94,13 @@ def read_layers(draft: Path, layers: list[int]) -> None:
     `hidden_layers_list`, which OpenVINO GenAI takes over its default), unless it already is; the model's
     XML is rewritten atomically, its weights untouched."""
     xml = draft / "openvino_model.xml"
-    tree = ElementTree.parse(xml)
+    try:
+        tree = ElementTree.parse(xml)
+    except (OSError, ElementTree.ParseError) as e:
+        raise Clover2Error(f"{xml}: not a readable OpenVINO model ({e}); delete {draft} to export it again") from None
     info = tree.getroot().find("rt_info")
+    if info is None:
+        info = ElementTree.SubElement(tree.getroot(), "rt_info")
     value = " ".join(map(str, layers))
     entry = info.find("hidden_layers_list")
     if entry is not None and entry.get("value") == value:
@@ -117,6 +122,8 @@ def speculation(spec: MethodSpec, draft: Path | None = None) -> dict:
              if isinstance(tree, DynamicTree) else {"num_assistant_tokens": tree.max_depth})
     if spec.name == "openvino+pld":
         return {"prompt_lookup": True, "generation": steps | {"max_ngram_size": LOOKUP_NGRAM}}
+    if draft is None:
+        raise Clover2Error(f"{spec.label}: no OpenVINO draft model given")
     return {"draft": str(draft), "generation": steps}
 
 

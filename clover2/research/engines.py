@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from clover2.drafts.methods import MethodSpec, engine_of
+from clover2.drafts.methods import MethodSpec, engine_of, parse_tree
 from clover2.research.report import bracket
 
 ENGINE_NAMES = {"ar": "clover2, plain decoding", "pld": "clover2, prompt lookup", "eagle3": "clover2, EAGLE-3",
@@ -69,9 +69,9 @@ def tree_words(tree: str) -> str:
     """A method's tree as the table says it: ", 3-token chain", ", tree of 6 (depth 3, top 2)", ", fitted tree"."""
     if tree.startswith("chain"):
         return f", {tree.removeprefix('chain')}-token chain"
-    if tree.startswith("dynamic:"):
-        budget, depth, top = tree.split(":")[1:]
-        return f", tree of {budget} (depth {depth}, top {top})"
+    if tree.startswith("dynamic"):
+        t = parse_tree(tree)
+        return f", tree of {t.budget} (depth {t.depth}, top {t.top_k})"
     return ", fitted tree" if tree else ""
 
 
@@ -85,13 +85,14 @@ def engines(results: Path) -> str:
     rows, env, name, ratio = run.rows, run.env, run.name, run.ratio
     fastest = run.fastest()  # by the page's one speed statistic, over clover2's plain decoding
     taus = {(s.name, s.tree): t for s, t in zip(map(MethodSpec.parse, rows.method), rows.tau) if s.engine != "defaults"}
-    same = {t: [e for e in ENGINE_TITLES if (f"{e}+eagle3", t) in taus] for (n, t) in taus if n == "eagle3"}
+    same = {t: [e for e in ENGINE_TITLES if (f"{e}+eagle3", t) in taus]  # on a chain, every engine's is alike
+            for (n, t) in taus if n == "eagle3" and t.startswith("chain")}
     said = [f"{ENGINE_TITLES[e]}'s plain decoding runs {ratio(e)[1]} as fast as clover2's"
             for e in ENGINE_TITLES if e in rows.index]
     lead = ("The same draft accepts " + "; ".join(
         ", ".join(f"{taus[f'{e}+eagle3', t]:.3f}" + (" tokens per step" if i == 0 else "") + f" in {ENGINE_TITLES[e]}"
-                  for i, e in enumerate(engines)) + f" and {taus['eagle3', t]:.3f} in clover2 on the"
-        + tree_words(t).removeprefix(",") for t, engines in same.items() if engines) + ". "
+                  for i, e in enumerate(names)) + f" and {taus['eagle3', t]:.3f} in clover2 on the"
+        + tree_words(t).removeprefix(",") for t, names in same.items() if names) + ". "
         if any(same.values()) else "") + (
         "; ".join(said) + ". " if said else "") + (  # (llama.cpp is never capitalised)
         f"The fastest exact method here is {name(fastest)}, {ratio(fastest)[0]:.2f}x clover2's plain decoding"
@@ -102,7 +103,7 @@ def engines(results: Path) -> str:
     numerics = ([f"llama.cpp's {env['llama_cpp']['attention']['!defaults'].partition(': ')[2]}"]
                 if "llama_cpp" in env else [])  # an engine's own numerics, where they are not f32
     numerics += ["OpenVINO GenAI's bf16 arithmetic (where the CPU has it) and u8 KV cache"] if "openvino" in env else []
-    draft = next(iter(env.get("llama_cpp", env.get("openvino", {})).get("drafts", {}).values()), {})
+    draft = next((d for e in ("llama_cpp", "openvino") for d in env.get(e, {}).get("drafts", {}).values()), {})
     lines = [lead + f"Measured on {env['cpu_name']} ({env['cpu_count']} cores, {env['torch_threads']} threads "
              f"for each), clover2 commit {env['commit']}, {', '.join(versions)}; every engine at f32 (weights, "
              f"arithmetic, KV cache; \"own numerics\": {'; '.join(numerics)}); {int(rows.n_prompts.max())} "
