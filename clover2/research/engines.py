@@ -16,9 +16,9 @@ from clover2.research.report import bracket
 ENGINE_NAMES = {"ar": "clover2, plain decoding", "pld": "clover2, prompt lookup", "eagle3": "clover2, EAGLE-3",
                 "pld+eagle3": "clover2, prompt lookup + EAGLE-3",
                 "llama.cpp": "llama.cpp, plain decoding", "llama.cpp+pld": "llama.cpp, prompt lookup",
-                "llama.cpp+eagle3": "llama.cpp, EAGLE-3 (same draft)",
+                "llama.cpp+eagle3": "llama.cpp, EAGLE-3",
                 "openvino": "OpenVINO GenAI, plain decoding", "openvino+pld": "OpenVINO GenAI, prompt lookup",
-                "openvino+eagle3": "OpenVINO GenAI, EAGLE-3 (same draft)"}
+                "openvino+eagle3": "OpenVINO GenAI, EAGLE-3"}
 ENGINE_TITLES = {"llama.cpp": "llama.cpp", "openvino": "OpenVINO GenAI"}
 
 
@@ -84,17 +84,9 @@ def engines(results: Path) -> str:
         return "Not measured yet: `results/engine/` holds no run.\n"
     rows, env, name, ratio = run.rows, run.env, run.name, run.ratio
     fastest = run.fastest()  # by the page's one speed statistic, over clover2's plain decoding
-    taus = {(s.name, s.tree): t for s, t in zip(map(MethodSpec.parse, rows.method), rows.tau) if s.engine != "defaults"}
-    same = {t: [e for e in ENGINE_TITLES if (f"{e}+eagle3", t) in taus]  # on a chain, every engine's is alike
-            for (n, t) in taus if n == "eagle3" and t.startswith("chain")}
     said = [f"{ENGINE_TITLES[e]}'s plain decoding runs {ratio(e)[1]} as fast as clover2's"
             for e in ENGINE_TITLES if e in rows.index]
-    lead = ("The same draft accepts " + "; ".join(
-        ", ".join(f"{taus[f'{e}+eagle3', t]:.3f}" + (" tokens per step" if i == 0 else "") + f" in {ENGINE_TITLES[e]}"
-                  for i, e in enumerate(names)) + f" and {taus['eagle3', t]:.3f} in clover2 on the"
-        + tree_words(t).removeprefix(",") for t, names in same.items() if names) + ". "
-        if any(same.values()) else "") + (
-        "; ".join(said) + ". " if said else "") + (  # (llama.cpp is never capitalised)
+    lead = ("; ".join(said) + ". " if said else "") + (  # (llama.cpp is never capitalised)
         f"The fastest exact method here is {name(fastest)}, {ratio(fastest)[0]:.2f}x clover2's plain decoding"
         + (f" and {ratio(fastest, run.plain(fastest))[0]:.2f}x its engine's" if run.plain(fastest) not in
            (fastest, "ar") else "") + ". ")
