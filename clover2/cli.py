@@ -498,7 +498,7 @@ def _study(args):
         from clover2.research.speed import drafts_left
 
         keep, train, hours = drafts_left(experiment)
-        print(f"Then the speed claims: {keep} timed drafts to keep with the results ({train} to train again, about "
+        print(f"Then the speed claims: {keep} timed drafts to keep ({train} to train again, about "
               f"{hours:.1f} h), then their timing, the machine alone (`run --untimed` stops before it)")
 
 

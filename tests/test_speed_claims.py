@@ -379,11 +379,12 @@ def test_a_tiny_study_times_its_claims_last_training_a_missing_seed_again_withou
     assert env["evaluation"]["timed_again"] == ("timings-contended.csv" in written) and env["retrained"] == [lost.name]
     assert env["near_ties"] == 0 and env["timed_tau_difference"] == pytest.approx(
         (drafts.timed_tau - drafts.committed_tau).abs().max())
-    assert env["drafts"]["e1-s1"]["draft"] == "drafts/seeds/e1-s1"
+    assert env["drafts"]["e1-s1"]["draft"] == "seeds/e1-s1"
     assert not (claimed.lab.results / "speed-cpu-work").exists()  # nothing left to resume
-    # the drafts and their record stay with the results: a machine that lost the whole cache trains none again
+    # the record stays with the results, seed 0's draft with the published ones, the other seeds' in the cache
     assert pd.read_csv(speed.drafts_csv(claimed)).equals(drafts)
-    shutil.rmtree(claimed.root)
+    assert speed.draft_folder(claimed, "e1", 0).parent == claimed.published()
+    assert speed.draft_folder(claimed, "e1", 1).is_relative_to(claimed.root)
     assert not speed.prepare_next(claimed)
     assert not claimed.next_step()  # the stage was the last thing to do
     # an output that is not plain decoding's stops the stage, and nothing is written
@@ -466,7 +467,7 @@ def test_a_draft_trained_again_is_remembered_even_if_its_replay_is_cut_short(mon
     pd.DataFrame({"run": [run.name], "tree": ["eagle25"], "tokens": [30], "steps": [20]}).to_csv(
         tmp_path / "replays.csv", index=False)
     experiment = SimpleNamespace(folder=lambda r: folder, train=train, publish_run=publish_run,
-                                 published=lambda: tmp_path / "drafts",
+                                 published=lambda: tmp_path / "drafts", root=tmp_path / "study",
                                  design=SimpleNamespace(trees=("eagle25",)), prompts=lambda: [("qa", [1, 2])],
                                  lab=SimpleNamespace(target=None), _references=lambda prompts: None,
                                  replays_csv=tmp_path / "replays.csv",
@@ -477,7 +478,7 @@ def test_a_draft_trained_again_is_remembered_even_if_its_replay_is_cut_short(mon
         speed.prepare_next(experiment)
     pending = pd.read_csv(speed.drafts_csv(experiment))
     assert pending.run.tolist() == [run.name] and pending.timed_tau.isna().all()
-    shutil.rmtree(tmp_path / "cache")  # and the machine lost its cache: the kept draft is enough
+    shutil.rmtree(tmp_path / "cache")  # and the run's own folder is gone: the kept draft is enough
     assert speed.prepare_next(experiment) and calls == [("train", run.name, False), ("publish", run.name),
                                                         ("replay", run.name), ("replay", run.name)]  # trained once
     done = pd.read_csv(speed.drafts_csv(experiment)).iloc[0]

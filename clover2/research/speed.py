@@ -4,9 +4,9 @@ faster than plain decoding (C1), and faster than EAGLE-1 (C2), on this CPU?
 `clover2 study run` measures them last (`Experiment.next_step`, for a design with `speed_claims`), once every
 planned run is trained and replayed, into results/<profile>/speed-cpu/, written at once. First, one step at a
 time, it keeps every timed seed's draft with the results (`prepare_next`: seed 0's is the published draft, the
-other seeds' are published alike in drafts/seeds/; a draft this machine's cache lacks is trained again, the same
-rate, seed and data, runs.csv keeping its row), each replayed untimed: its tau beside the committed one
-(drafts/timed.csv, drafts.csv). A lost cache so costs at most the draft in training. Only then does the timing
+other seeds' are written alike into the study's cache, seeds/, outside git, where the published drafts stay under
+100 MB; a draft this machine's cache lacks is trained again, the same rate, seed and data, runs.csv keeping its
+row), each replayed untimed: its tau beside the committed one (drafts/timed.csv, drafts.csv). Only then does the timing
 start, which needs the machine alone. A stage cut short resumes: the kernel plan, each arm's calibration and each
 finished chunk of the evaluation's prompts are kept in results/<profile>/speed-cpu-work/, keyed by the CPU model
 and size, the threads, the drafts' weights, the prompts and the timed code (another key starts over); the
@@ -81,7 +81,8 @@ BASELINES = ("pld", "suffix")  # the training-free methods timed beside the draf
 TIMINGS = ["prompt", "task", "method", "arm", "seed", "tree", "seconds", "new_tokens", "steps", "step_tokens", "tau",
            "identical", "other_load", "decode_s", "draft_share"]  # timings.csv's columns
 WORK_FORMAT = 3  # the layout (and order design) of an interrupted stage's folder: one of another is never resumed
-# drafts.csv's columns (drafts/timed.csv): where the draft is kept, its tau replayed there beside the committed run's,
+# drafts.csv's columns (drafts/timed.csv): where the draft is kept (seed 0: its folder in drafts/; another: in the
+# study's cache), its tau replayed there beside the committed run's,
 # the CPU that trained it again for the stage and those weights' SHA-256 (empty where it was not), and the kept
 # (bf16) weights' SHA-256
 DRAFTS = ["arm", "seed", "run", "draft", "tree", "committed_tau", "timed_tau", "trained_again_on",
@@ -141,7 +142,7 @@ def measure(experiment: Experiment) -> pd.DataFrame:
             "prompts": len(prompts), "max_new_tokens": design.max_new_tokens, "n_boot": design.n_boot,
             "near_ties": int((ties.timing == "kept").sum()) if len(ties) else 0,
             "calibration_near_ties": int(calibration.near_ties.sum()),
-            "drafts": {f"{arm}-s{seed}": {"run": run.name, "draft": f"drafts/{draft}", "weights_sha256": sha}
+            "drafts": {f"{arm}-s{seed}": {"run": run.name, "draft": draft, "weights_sha256": sha}
                        for (arm, seed), run, draft, sha in zip(drafts, drafts.values(), kept.draft,
                                                                kept.timed_weights_sha256)},
             "retrained": kept.run[kept.trained_again_on.notna()].tolist(),
@@ -218,10 +219,10 @@ def timed_drafts(experiment: Experiment, *, planned: bool = False) -> dict[tuple
 
 
 def draft_folder(experiment: Experiment, arm: str, seed: int) -> Path:
-    """Where the stage's draft of `arm`'s seed is kept, committed with the results so that a lost cache costs
-    none of them: seed 0's is the published draft (`Experiment.publish`), every other seed's is published alike
-    beside them, in drafts/seeds/ARM-sSEED/ (bf16 weights, timed at float precision)."""
-    return experiment.published() / (arm if seed == 0 else f"seeds/{arm}-s{seed}")
+    """Where the stage's draft of `arm`'s seed is kept: seed 0's is the published draft (`Experiment.publish`),
+    every other seed's is written alike (bf16 weights, timed at float precision) into the study's cache,
+    seeds/ARM-sSEED/, not committed: the published drafts stay the headline ones, under 100 MB in git."""
+    return experiment.published() / arm if seed == 0 else experiment.root / "seeds" / f"{arm}-s{seed}"
 
 
 def drafts_csv(experiment: Experiment) -> Path:
@@ -252,7 +253,8 @@ def prepare_next(experiment: Experiment) -> bool:
     (arm, seed), run = todo[0]
     dest, source, tree = draft_folder(experiment, arm, seed), experiment.folder(run), experiment.design.trees[0]
     earlier = kept[kept.run == run.name]
-    row = {"arm": arm, "seed": seed, "run": run.name, "draft": dest.relative_to(experiment.published()).as_posix(),
+    row = {"arm": arm, "seed": seed, "run": run.name,
+           "draft": dest.relative_to(experiment.published() if seed == 0 else experiment.root).as_posix(),
            "tree": tree, "committed_weights_sha256": experiment.records().set_index("run").weights_sha256[run.name],
            **({k: earlier.iloc[0][k] for k in ("trained_again_on", "trained_weights_sha256")} if len(earlier) else {})}
     if not _kept(dest, run):
